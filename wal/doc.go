@@ -20,13 +20,13 @@
 // A segment is a sequence of records, each starting at an 8-byte aligned
 // offset, followed by zeros up to the end of the file:
 //
-//	 0       4      5       6          8                16               24
-//	 +-------+------+-------+----------+----------------+----------------+
-//	 | len   | type | flags | reserved | batch          | xxhash64       |
-//	 | u32   | u8   | u8    | u16 = 0  | u64            | u64            |
-//	 +-------+------+-------+----------+----------------+----------------+
-//	 | payload (len bytes)                  | zero padding to 8 bytes    |
-//	 +--------------------------------------+----------------------------+
+//	0       4      5       6          8                16               24
+//	+-------+------+-------+----------+----------------+----------------+
+//	| len   | type | flags | reserved | batch          | xxhash64       |
+//	| u32   | u8   | u8    | u16 = 0  | u64            | u64            |
+//	+-------+------+-------+----------+----------------+----------------+
+//	| payload (len bytes)                  | zero padding to 8 bytes    |
+//	+--------------------------------------+----------------------------+
 //
 // All integers are little-endian. The checksum covers bytes 0..16 of the
 // header and the stored payload. Types: 1 segment header (always the first
