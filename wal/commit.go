@@ -156,7 +156,7 @@ func (w *WAL) Sync() error {
 
 func (w *WAL) checkOpen() error {
 	if w.err != nil {
-		return fmt.Errorf("%w: %v", ErrFailed, w.err)
+		return fmt.Errorf("%w: %w", ErrFailed, w.err)
 	}
 	if w.closing {
 		return ErrClosed
@@ -242,7 +242,7 @@ func (w *WAL) syncLoop() {
 					"file", w.curPath, "error", err)
 			}
 			w.mu.Unlock()
-			err = fmt.Errorf("%w: %v", ErrFailed, err)
+			err = fmt.Errorf("%w: %w", ErrFailed, err)
 		}
 		for _, f := range b.waiters {
 			f.err = err

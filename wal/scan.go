@@ -143,28 +143,27 @@ func scanSegment(path string, data []byte, info segmentInfo, last bool, fn func(
 	}
 
 	// Records stopped at res.tail (a bad record, zeros, or an unfinished
-	// unit). Decide what the rest of the file is.
+	// unit). Decide what the rest of the file is. badOff is where decoding
+	// failed, or the start of the unfinished unit.
 	at := res.tail
-	reason := "unit without its closing record"
-	if stopErr != nil && len(unit) == 0 {
-		reason = stopErr.Error()
+	badOff, reason := at, "unit without its closing record"
+	if stopErr != nil {
+		badOff, reason = int64(off), stopErr.Error()
+	}
+	cleanEnd := errors.Is(stopErr, errZeroHeader) && len(unit) == 0 && firstNonZero(data[off:]) < 0
+	if cleanEnd {
+		return res, nil // the unwritten, zero-filled rest of the segment
 	}
 	if !last {
 		if errors.Is(stopErr, errZeroHeader) && len(unit) == 0 {
-			if nz := firstNonZero(data[off:]); nz >= 0 {
-				return res, corrupt(int64(off+nz), "data after the end of the log in a completed segment")
-			}
-			return res, nil
+			return res, corrupt(int64(off+firstNonZero(data[off:])), "data after the end of the log in a completed segment")
 		}
-		return res, corrupt(at, "%s", reason)
-	}
-	if errors.Is(stopErr, errZeroHeader) && len(unit) == 0 && firstNonZero(data[off:]) < 0 {
-		return res, nil // the unwritten, zero-filled rest of the segment
+		return res, corrupt(badOff, "%s", reason)
 	}
 	if laterOff, b, ok := findLaterBatch(data, int(at)+recordAlign, res.lastBatch+2); ok {
-		return res, corrupt(at, "%s, but a durable record of batch %d follows at offset %d", reason, b, laterOff)
+		return res, corrupt(badOff, "%s, but a durable record of batch %d follows at offset %d", reason, b, laterOff)
 	}
-	res.torn = &tornTail{offset: at, reason: reason}
+	res.torn = &tornTail{offset: at, reason: fmt.Sprintf("%s at offset %d", reason, badOff)}
 	return res, nil
 }
 

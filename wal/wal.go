@@ -185,6 +185,12 @@ func (w *WAL) installSegment(seq, firstIndex uint64, head []byte) error {
 		f.Close()
 		return err
 	}
+	// Reopen under the final name, so the file's name (in errors, logs and
+	// fault-injection events) is the segment's.
+	f.Close()
+	if f, err = w.fs.OpenFile(path, os.O_RDWR, 0); err != nil {
+		return fmt.Errorf("wal: open new segment: %w", err)
+	}
 	if w.cur != nil {
 		w.cur.Close()
 	}
