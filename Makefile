@@ -38,10 +38,7 @@ FUZZ_TARGETS := wal:FuzzDecodeRecord
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; \
-		if grep -qs "func $$fn(" $$pkg/*_test.go; then \
-			echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \
-			$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg/ || exit 1; \
-		fi; \
+		bash .ci/fuzz $$pkg $$fn $(FUZZTIME) || exit 1; \
 	done
 
 fuzz-long:

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -51,6 +53,12 @@ type WAL struct {
 	spare   *batch     // the last written batch, kept to reuse its buffer
 	err     error      // sticky: set once by a failed write or sync
 	closing bool
+	// busy is set while a batch is being written and synced, by the
+	// syncer or an inline caller; whoever sets it owns cur, curPath and
+	// curOff until clearing it.
+	busy          bool
+	prevWaiters   int           // waiters released by the last batch
+	lastBatchTime time.Duration // write-and-sync time of the last batch
 	state   *raftpb.HardState // last hard state enqueued; never nil, never mutated
 	// lastIndex is the index of the last entry enqueued, or of the
 	// snapshot the log was opened at if none since.
@@ -64,7 +72,7 @@ type WAL struct {
 	segHasUnits bool
 	scratch     []byte // marshal buffer for entries
 
-	// Owned by the syncer goroutine once it runs (by Open before).
+	// Owned by whoever holds busy (by Open before the syncer starts).
 	cur     vfs.File
 	curPath string
 	curOff  int64 // bytes of cur that hold records
@@ -75,6 +83,25 @@ type WAL struct {
 
 	pre        *preallocator
 	syncerDone chan struct{}
+
+	// Counters for Stats, updated by the syncer.
+	statSyncs   atomic.Uint64
+	statBatches atomic.Uint64
+	statUnits   atomic.Uint64
+	statBytes   atomic.Uint64
+}
+
+// Stats are cumulative counters since Open or Create.
+type Stats struct {
+	Syncs   uint64 // fdatasync calls on segments
+	Batches uint64 // group-commit batches written
+	Units   uint64 // appends (Save, SaveSnapshot, Sync calls) completed
+	Bytes   uint64 // record bytes written
+}
+
+// Stats returns the WAL's counters.
+func (w *WAL) Stats() Stats {
+	return Stats{Syncs: w.statSyncs.Load(), Batches: w.statBatches.Load(), Units: w.statUnits.Load(), Bytes: w.statBytes.Load()}
 }
 
 type recovered struct {
