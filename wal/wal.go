@@ -57,9 +57,9 @@ type WAL struct {
 	// syncer or an inline caller; whoever sets it owns cur, curPath and
 	// curOff until clearing it.
 	busy          bool
-	prevWaiters   int           // waiters released by the last batch
-	lastBatchTime time.Duration // write-and-sync time of the last batch
-	state   *raftpb.HardState // last hard state enqueued; never nil, never mutated
+	prevWaiters   int               // waiters released by the last batch
+	lastBatchTime time.Duration     // write-and-sync time of the last batch
+	state         *raftpb.HardState // last hard state enqueued; never nil, never mutated
 	// lastIndex is the index of the last entry enqueued, or of the
 	// snapshot the log was opened at if none since.
 	lastIndex uint64
