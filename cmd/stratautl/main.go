@@ -1,0 +1,126 @@
+// Command stratautl is Strata's offline tool: it inspects WALs, defrags
+// page-store files and handles snapshots, like etcdutl and etcd-dump-logs.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+type command struct {
+	name    string
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) error
+}
+
+var commands = map[string]command{}
+
+func register(c command) { commands[c.name] = c }
+
+// errUsage means the arguments were wrong; the message was printed.
+var errUsage = errors.New("usage")
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: stratautl COMMAND [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-22s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'stratautl COMMAND -h' for a command's flags and examples.")
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	// Commands may be two words ("wal dump").
+	name := args[0]
+	rest := args[1:]
+	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+		if _, ok := commands[name+" "+rest[0]]; ok {
+			name, rest = name+" "+rest[0], rest[1:]
+		}
+	}
+	c, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(stderr, "stratautl: unknown command %q\n\n", strings.Join(args[:min(2, len(args))], " "))
+		usage(stderr)
+		return 2
+	}
+	if err := c.run(rest, stdout, stderr); err != nil {
+		if errors.Is(err, errUsage) || errors.Is(err, flag.ErrHelp) {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
+			return 2
+		}
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// newFlags makes a flag set whose -h prints the usage line, the flags and
+// examples.
+func newFlags(name, synopsis string, examples []string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: stratautl %s %s\n\nFlags:\n", name, synopsis)
+		fs.PrintDefaults()
+		if len(examples) > 0 {
+			fmt.Fprintln(stderr, "\nExamples:")
+			for _, e := range examples {
+				fmt.Fprintln(stderr, "  "+e)
+			}
+		}
+	}
+	return fs
+}
+
+// parse parses flags and rejects stray positional arguments unless
+// allowed.
+func parse(fs *flag.FlagSet, args []string, positional int) ([]string, error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, errUsage
+	}
+	rest := fs.Args()
+	// Allow flags after positional arguments (FILE --data-dir D).
+	var pos []string
+	for len(rest) > 0 {
+		pos = append(pos, rest[0])
+		if err := fs.Parse(rest[1:]); err != nil {
+			return nil, errUsage
+		}
+		rest = fs.Args()
+	}
+	if len(pos) != positional {
+		fmt.Fprintf(fs.Output(), "stratautl %s: expected %d argument(s), got %d\n", fs.Name(), positional, len(pos))
+		fs.Usage()
+		return nil, errUsage
+	}
+	return pos, nil
+}
