@@ -91,3 +91,22 @@ func DecodeSnapshot(rec Record) (Snapshot, error) {
 	}
 	return decodeSnapshot(rec.Data)
 }
+
+// LastSnapshot returns the newest snapshot marker in dir, or the zero
+// Snapshot if there is none: the position Open should start reading from.
+// It reads without locking; fs may be nil for the OS file system.
+func LastSnapshot(fs vfs.FS, dir string) (Snapshot, error) {
+	var last Snapshot
+	_, err := Iterate(fs, dir, func(pos Position, rec Record) error {
+		if rec.Type != TypeSnapshot {
+			return nil
+		}
+		s, err := decodeSnapshot(rec.Data)
+		if err != nil {
+			return &CorruptError{File: pos.File, Offset: pos.Offset, Reason: err.Error()}
+		}
+		last = s
+		return nil
+	})
+	return last, err
+}

@@ -268,3 +268,27 @@ func TestIterateListsUnits(t *testing.T) {
 		t.Fatalf("last index %d", last)
 	}
 }
+
+func TestLastSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	w := mustCreate(t, dir, testOpts(4<<10))
+	for i := uint64(1); i <= 100; i++ {
+		if err := w.Save(mkState(3, i), []*raftpb.Entry{mkEntry(i, 3, 32)}); err != nil {
+			t.Fatal(err)
+		}
+		if i%30 == 0 {
+			cs := &raftpb.ConfState{Voters: []uint64{1, 2, 3}}
+			if err := w.SaveSnapshot(Snapshot{Index: i, Term: 3, ConfState: cs}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	w.Close()
+	s, err := LastSnapshot(nil, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Index != 90 || s.Term != 3 || len(s.ConfState.GetVoters()) != 3 {
+		t.Fatalf("last snapshot %+v", s)
+	}
+}
