@@ -1,0 +1,319 @@
+package btreeidx
+
+import "iter"
+
+// Ordered walks. Each calls fn on items in order until fn returns false.
+// fn must not mutate the tree being walked (see the ownership rule on
+// BTree).
+
+// Ascend calls fn on every item in ascending order.
+func (t *BTree[T]) Ascend(fn func(T) bool) {
+	var zero T
+	t.ascend(t.root, zero, false, zero, false, fn)
+}
+
+// AscendGreaterOrEqual calls fn on the items >= pivot in ascending order.
+func (t *BTree[T]) AscendGreaterOrEqual(pivot T, fn func(T) bool) {
+	var zero T
+	t.ascend(t.root, pivot, true, zero, false, fn)
+}
+
+// AscendLessThan calls fn on the items < pivot in ascending order.
+func (t *BTree[T]) AscendLessThan(pivot T, fn func(T) bool) {
+	var zero T
+	t.ascend(t.root, zero, false, pivot, true, fn)
+}
+
+// AscendRange calls fn on the items in [greaterOrEqual, lessThan) in
+// ascending order.
+func (t *BTree[T]) AscendRange(greaterOrEqual, lessThan T, fn func(T) bool) {
+	t.ascend(t.root, greaterOrEqual, true, lessThan, true, fn)
+}
+
+// Descend calls fn on every item in descending order.
+func (t *BTree[T]) Descend(fn func(T) bool) {
+	var zero T
+	t.descend(t.root, zero, false, zero, false, fn)
+}
+
+// DescendLessOrEqual calls fn on the items <= pivot in descending order.
+func (t *BTree[T]) DescendLessOrEqual(pivot T, fn func(T) bool) {
+	var zero T
+	t.descend(t.root, pivot, true, zero, false, fn)
+}
+
+// DescendGreaterThan calls fn on the items > pivot in descending order.
+func (t *BTree[T]) DescendGreaterThan(pivot T, fn func(T) bool) {
+	var zero T
+	t.descend(t.root, zero, false, pivot, true, fn)
+}
+
+// DescendRange calls fn on the items in (greaterThan, lessOrEqual] in
+// descending order.
+func (t *BTree[T]) DescendRange(lessOrEqual, greaterThan T, fn func(T) bool) {
+	t.descend(t.root, lessOrEqual, true, greaterThan, true, fn)
+}
+
+// All returns an iterator over every item in ascending order.
+func (t *BTree[T]) All() iter.Seq[T] {
+	return func(yield func(T) bool) { t.Ascend(yield) }
+}
+
+// Backward returns an iterator over every item in descending order.
+func (t *BTree[T]) Backward() iter.Seq[T] {
+	return func(yield func(T) bool) { t.Descend(yield) }
+}
+
+// ascend visits the items of n's subtree that are >= lo (if hasLo) and < hi
+// (if hasHi). It returns false once fn stopped the walk or the upper bound
+// was passed. The lower bound only constrains the first child visited: every
+// later child lies wholly above a separator that is already >= lo, so it is
+// walked without searching.
+func (t *BTree[T]) ascend(n *node[T], lo T, hasLo bool, hi T, hasHi bool, fn func(T) bool) bool {
+	if n == nil {
+		return true
+	}
+	start, skipChild := 0, false
+	if hasLo {
+		// If lo is itself in n, child start holds only items < lo.
+		start, skipChild = n.find(lo, t.cmp)
+	}
+	for k := start; ; k++ {
+		if n.children != nil && !skipChild {
+			if !t.ascend(n.children[k], lo, hasLo && k == start, hi, hasHi, fn) {
+				return false
+			}
+		}
+		skipChild = false
+		if k == n.n {
+			return true
+		}
+		it := n.items[k]
+		if hasHi && t.cmp(it, hi) >= 0 {
+			return false
+		}
+		if !fn(it) {
+			return false
+		}
+	}
+}
+
+// descend is ascend's mirror image: it visits the items <= hi (if hasHi)
+// and > lo (if hasLo) in descending order.
+func (t *BTree[T]) descend(n *node[T], hi T, hasHi bool, lo T, hasLo bool, fn func(T) bool) bool {
+	if n == nil {
+		return true
+	}
+	// top is the index of the first child to visit; item top-1 follows it.
+	top, skipChild := n.n, false
+	if hasHi {
+		i, found := n.find(hi, t.cmp)
+		top = i
+		if found {
+			// hi itself is item i: start there, child i+1 is all > hi.
+			top, skipChild = i+1, true
+		}
+	}
+	for k := top; ; k-- {
+		if n.children != nil && !skipChild {
+			if !t.descend(n.children[k], hi, hasHi && k == top, lo, hasLo, fn) {
+				return false
+			}
+		}
+		skipChild = false
+		if k == 0 {
+			return true
+		}
+		it := n.items[k-1]
+		if hasLo && t.cmp(it, lo) <= 0 {
+			return false
+		}
+		if !fn(it) {
+			return false
+		}
+	}
+}
+
+// Iter is a bidirectional cursor over a BTree. The zero Iter is not valid;
+// get one from BTree.Iter. An Iter is invalidated by any mutation of its tree
+// (using it afterwards gives unspecified, but memory-safe, results); iterate a
+// Clone to mutate the original meanwhile.
+//
+// Its position is a path of frames from the root. In every frame but the
+// last, idx is the child of that node the path descends into; in the last
+// frame idx is the current item. The item that follows child c in order is
+// item c of the same node, which makes Next and Prev climb without
+// searching.
+type Iter[T any] struct {
+	t     *BTree[T]
+	stack []frame[T]
+	buf   [8]frame[T] // backing for stack: no allocation up to 8 levels
+}
+
+type frame[T any] struct {
+	n   *node[T]
+	idx int
+}
+
+// Iter returns an unpositioned cursor over t; call First, Last, SeekGE or
+// SeekLE before Item.
+func (t *BTree[T]) Iter() *Iter[T] {
+	it := &Iter[T]{t: t}
+	it.stack = it.buf[:0]
+	return it
+}
+
+// Valid reports whether the cursor is at an item.
+func (it *Iter[T]) Valid() bool {
+	if len(it.stack) == 0 {
+		return false
+	}
+	f := it.stack[len(it.stack)-1]
+	return f.idx >= 0 && f.idx < f.n.n
+}
+
+// Item returns the current item, or the zero T if the cursor is not valid.
+func (it *Iter[T]) Item() T {
+	if !it.Valid() {
+		var zero T
+		return zero
+	}
+	f := it.stack[len(it.stack)-1]
+	return f.n.items[f.idx]
+}
+
+// First moves to the smallest item and reports whether there is one.
+func (it *Iter[T]) First() bool {
+	it.stack = it.stack[:0]
+	if it.t.root == nil {
+		return false
+	}
+	it.downLeft(it.t.root)
+	return it.Valid()
+}
+
+// Last moves to the largest item and reports whether there is one.
+func (it *Iter[T]) Last() bool {
+	it.stack = it.stack[:0]
+	if it.t.root == nil {
+		return false
+	}
+	it.downRight(it.t.root)
+	return it.Valid()
+}
+
+// downLeft pushes the path from n to its smallest item.
+func (it *Iter[T]) downLeft(n *node[T]) {
+	for n.children != nil {
+		it.stack = append(it.stack, frame[T]{n, 0})
+		n = n.children[0]
+	}
+	it.stack = append(it.stack, frame[T]{n, 0})
+}
+
+// downRight pushes the path from n to its largest item.
+func (it *Iter[T]) downRight(n *node[T]) {
+	for n.children != nil {
+		it.stack = append(it.stack, frame[T]{n, n.n})
+		n = n.children[n.n]
+	}
+	it.stack = append(it.stack, frame[T]{n, n.n - 1})
+}
+
+// SeekGE moves to the smallest item >= key and reports whether there is one.
+func (it *Iter[T]) SeekGE(key T) bool {
+	it.stack = it.stack[:0]
+	n := it.t.root
+	for n != nil {
+		i, found := n.find(key, it.t.cmp)
+		it.stack = append(it.stack, frame[T]{n, i})
+		if found || n.children == nil {
+			break
+		}
+		n = n.children[i]
+	}
+	if n == nil {
+		return false
+	}
+	if f := it.stack[len(it.stack)-1]; f.idx == f.n.n {
+		// Past the end of a leaf: the successor is the separator after
+		// the nearest ancestor child that is not the last one.
+		it.climbForward()
+	}
+	return it.Valid()
+}
+
+// SeekLE moves to the largest item <= key and reports whether there is one.
+func (it *Iter[T]) SeekLE(key T) bool {
+	if !it.SeekGE(key) {
+		return it.Last()
+	}
+	if it.t.cmp(it.Item(), key) > 0 {
+		return it.Prev()
+	}
+	return true
+}
+
+// Next moves to the following item and reports whether there is one. On an
+// invalid cursor it does nothing and returns false.
+func (it *Iter[T]) Next() bool {
+	if !it.Valid() {
+		return false
+	}
+	top := &it.stack[len(it.stack)-1]
+	if top.n.children != nil {
+		top.idx++
+		it.downLeft(top.n.children[top.idx])
+		return true
+	}
+	top.idx++
+	if top.idx < top.n.n {
+		return true
+	}
+	it.climbForward()
+	return it.Valid()
+}
+
+// climbForward leaves an exhausted leaf: it pops frames whose child index is
+// the last one; the first ancestor that still has a separator to the right
+// is positioned on it. If there is none, the cursor ends invalid.
+func (it *Iter[T]) climbForward() {
+	it.stack = it.stack[:len(it.stack)-1]
+	for len(it.stack) > 0 {
+		f := it.stack[len(it.stack)-1]
+		if f.idx < f.n.n {
+			return
+		}
+		it.stack = it.stack[:len(it.stack)-1]
+	}
+}
+
+// Prev moves to the preceding item and reports whether there is one. On an
+// invalid cursor it does nothing and returns false.
+func (it *Iter[T]) Prev() bool {
+	if !it.Valid() {
+		return false
+	}
+	top := &it.stack[len(it.stack)-1]
+	if top.n.children != nil {
+		// The predecessor of item i is the largest item of child i.
+		it.downRight(top.n.children[top.idx])
+		return true
+	}
+	top.idx--
+	if top.idx >= 0 {
+		return true
+	}
+	// Pop frames that descended into child 0; the first ancestor that
+	// descended into child c > 0 is positioned on separator c-1.
+	it.stack = it.stack[:len(it.stack)-1]
+	for len(it.stack) > 0 {
+		f := &it.stack[len(it.stack)-1]
+		if f.idx > 0 {
+			f.idx--
+			return true
+		}
+		it.stack = it.stack[:len(it.stack)-1]
+	}
+	return false
+}
