@@ -2,4 +2,7 @@ module github.com/strata-db/strata
 
 go 1.26.8
 
-require golang.org/x/sys v0.49.0 // indirect
+require (
+	github.com/google/btree v1.1.3 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)

@@ -9,12 +9,16 @@ import (
 // may hold fewer). maxItems is odd so that a full node splits into two nodes
 // of exactly minItems items around one median that moves up to the parent;
 // a merge of two minimal siblings plus their separator refills exactly one
-// full node. 63 was the best of 31/63/127 in BenchmarkBTree (see
-// bench/RESULTS.md): wide enough to keep the tree shallow (a million items
-// fit in four levels), narrow enough that the copy done by an insert into a
-// leaf and the node copy done by copy-on-write stay cheap.
+// full node.
+//
+// 31 was chosen by measurement (BenchmarkBTree, 100k int items, 31/47/63/127
+// tried; see bench/RESULTS.md). Get, insert and range were within noise of
+// each other from 31 to 63 (the number of comparisons is about log2(N) at any
+// width) and worse at 127, but the first write after a Clone copies one node
+// per level, and with fixed-size nodes that copy is what 63 or more items a
+// node make expensive: 2 KB a path at 31 against 4 KB at 63.
 const (
-	maxItems = 63
+	maxItems = 31
 	minItems = maxItems / 2
 )
 
@@ -179,13 +183,24 @@ func (t *BTree[T]) Max() (T, bool) {
 	return n.items[n.n-1], true
 }
 
+// internalNode lays an internal node and its child array out in one
+// allocation: node.children points at kids, and the *node[T] handed out
+// points at the embedded node, which keeps the whole object alive. Leaves
+// (most nodes) are plain node[T] values without the child array.
+type internalNode[T any] struct {
+	node[T]
+	kids [maxItems + 1]*node[T]
+}
+
 // newNode returns an empty node owned by t.
 func (t *BTree[T]) newNode(internal bool) *node[T] {
-	n := &node[T]{owner: t.owner}
 	if internal {
-		n.children = new([maxItems + 1]*node[T])
+		in := &internalNode[T]{}
+		in.owner = t.owner
+		in.children = &in.kids
+		return &in.node
 	}
-	return n
+	return &node[T]{owner: t.owner}
 }
 
 // mutable returns n if t owns it, else a private copy owned by t. The caller
@@ -194,12 +209,13 @@ func (t *BTree[T]) mutable(n *node[T]) *node[T] {
 	if n.owner == t.owner {
 		return n
 	}
-	c := &node[T]{owner: t.owner, n: n.n, items: n.items}
 	if n.children != nil {
-		ch := *n.children
-		c.children = &ch
+		in := &internalNode[T]{kids: *n.children}
+		in.owner, in.n, in.items = t.owner, n.n, n.items
+		in.children = &in.kids
+		return &in.node
 	}
-	return c
+	return &node[T]{owner: t.owner, n: n.n, items: n.items}
 }
 
 // mutableChild makes child i of the (already mutable) node n writable and

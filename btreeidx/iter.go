@@ -27,6 +27,9 @@ func (t *BTree[T]) AscendLessThan(pivot T, fn func(T) bool) {
 // AscendRange calls fn on the items in [greaterOrEqual, lessThan) in
 // ascending order.
 func (t *BTree[T]) AscendRange(greaterOrEqual, lessThan T, fn func(T) bool) {
+	if t.cmp(greaterOrEqual, lessThan) >= 0 {
+		return // empty range; ascend relies on lo < hi
+	}
 	t.ascend(t.root, greaterOrEqual, true, lessThan, true, fn)
 }
 
@@ -51,6 +54,9 @@ func (t *BTree[T]) DescendGreaterThan(pivot T, fn func(T) bool) {
 // DescendRange calls fn on the items in (greaterThan, lessOrEqual] in
 // descending order.
 func (t *BTree[T]) DescendRange(lessOrEqual, greaterThan T, fn func(T) bool) {
+	if t.cmp(lessOrEqual, greaterThan) <= 0 {
+		return // empty range; descend relies on lo < hi
+	}
 	t.descend(t.root, lessOrEqual, true, greaterThan, true, fn)
 }
 
@@ -66,9 +72,13 @@ func (t *BTree[T]) Backward() iter.Seq[T] {
 
 // ascend visits the items of n's subtree that are >= lo (if hasLo) and < hi
 // (if hasHi). It returns false once fn stopped the walk or the upper bound
-// was passed. The lower bound only constrains the first child visited: every
-// later child lies wholly above a separator that is already >= lo, so it is
-// walked without searching.
+// was reached.
+//
+// Each bound costs one binary search per node on the path to it, not one
+// comparison per item: the lower bound only constrains the first child
+// visited (every later child lies above a separator >= lo), and the upper
+// bound only the child just below the first separator >= hi (every earlier
+// child lies below a separator < hi).
 func (t *BTree[T]) ascend(n *node[T], lo T, hasLo bool, hi T, hasHi bool, fn func(T) bool) bool {
 	if n == nil {
 		return true
@@ -78,28 +88,33 @@ func (t *BTree[T]) ascend(n *node[T], lo T, hasLo bool, hi T, hasHi bool, fn fun
 		// If lo is itself in n, child start holds only items < lo.
 		start, skipChild = n.find(lo, t.cmp)
 	}
+	end, endFound := n.n, false
+	if hasHi {
+		// items[end] is the first separator >= hi. If it equals hi,
+		// child end holds only items < hi and needs no bound.
+		end, endFound = n.find(hi, t.cmp)
+	}
 	for k := start; ; k++ {
 		if n.children != nil && !skipChild {
-			if !t.ascend(n.children[k], lo, hasLo && k == start, hi, hasHi, fn) {
+			if !t.ascend(n.children[k], lo, hasLo && k == start, hi, hasHi && k == end && !endFound, fn) {
 				return false
 			}
 		}
 		skipChild = false
-		if k == n.n {
-			return true
+		if k == end {
+			// Either n is exhausted (end == n.n: every item of n is
+			// < hi) or items[end] >= hi and the walk is over.
+			return end == n.n
 		}
-		it := n.items[k]
-		if hasHi && t.cmp(it, hi) >= 0 {
-			return false
-		}
-		if !fn(it) {
+		if !fn(n.items[k]) {
 			return false
 		}
 	}
 }
 
 // descend is ascend's mirror image: it visits the items <= hi (if hasHi)
-// and > lo (if hasLo) in descending order.
+// and > lo (if hasLo) in descending order, with the same one-search-per-node
+// cost for each bound.
 func (t *BTree[T]) descend(n *node[T], hi T, hasHi bool, lo T, hasLo bool, fn func(T) bool) bool {
 	if n == nil {
 		return true
@@ -114,21 +129,31 @@ func (t *BTree[T]) descend(n *node[T], hi T, hasHi bool, lo T, hasLo bool, fn fu
 			top, skipChild = i+1, true
 		}
 	}
+	// Items with index >= stop are > lo; item stop-1 is the first one <= lo
+	// (if any), and child stop is the only child that needs the bound.
+	stop, stopFound := 0, false
+	if hasLo {
+		i, found := n.find(lo, t.cmp)
+		if found {
+			// Item i == lo: child i+1 is all > lo, nothing below it.
+			stop, stopFound = i+1, true
+		} else {
+			stop = i
+		}
+	}
 	for k := top; ; k-- {
 		if n.children != nil && !skipChild {
-			if !t.descend(n.children[k], hi, hasHi && k == top, lo, hasLo, fn) {
+			if !t.descend(n.children[k], hi, hasHi && k == top, lo, hasLo && k == stop && !stopFound, fn) {
 				return false
 			}
 		}
 		skipChild = false
-		if k == 0 {
-			return true
+		if k == stop {
+			// Either n is exhausted (stop == 0: every item of n is
+			// > lo) or item stop-1 <= lo and the walk is over.
+			return stop == 0
 		}
-		it := n.items[k-1]
-		if hasLo && t.cmp(it, lo) <= 0 {
-			return false
-		}
-		if !fn(it) {
+		if !fn(n.items[k-1]) {
 			return false
 		}
 	}
