@@ -151,6 +151,46 @@ func (t *BTree[T]) Get(key T) (T, bool) {
 	return zero, false
 }
 
+// findFunc is find for a probe instead of a key: probe(item) reports how
+// item compares with the sought key.
+func (n *node[T]) findFunc(probe func(T) int) (int, bool) {
+	lo, hi := 0, n.n
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		c := probe(n.items[m])
+		switch {
+		case c < 0:
+			lo = m + 1
+		case c > 0:
+			hi = m
+		default:
+			return m, true
+		}
+	}
+	return lo, false
+}
+
+// GetFunc returns the item for which probe returns zero. probe(item) must
+// report how item compares with the sought key under the tree's order
+// (negative: item sorts before the key). It lets a caller search by a key of
+// another type without building a T (Index searches *keyIndex items by a
+// []byte key this way, without allocating a probe entry).
+func (t *BTree[T]) GetFunc(probe func(T) int) (T, bool) {
+	n := t.root
+	for n != nil {
+		i, found := n.findFunc(probe)
+		if found {
+			return n.items[i], true
+		}
+		if n.children == nil {
+			break
+		}
+		n = n.children[i]
+	}
+	var zero T
+	return zero, false
+}
+
 // Has reports whether an item equal to key is in the tree.
 func (t *BTree[T]) Has(key T) bool {
 	_, ok := t.Get(key)

@@ -183,9 +183,16 @@ type frame[T any] struct {
 // Iter returns an unpositioned cursor over t; call First, Last, SeekGE or
 // SeekLE before Item.
 func (t *BTree[T]) Iter() *Iter[T] {
-	it := &Iter[T]{t: t}
-	it.stack = it.buf[:0]
+	it := &Iter[T]{}
+	it.reset(t)
 	return it
+}
+
+// reset points it at t, unpositioned. Package code declares an Iter value
+// and resets it, which keeps the cursor off the heap.
+func (it *Iter[T]) reset(t *BTree[T]) {
+	it.t = t
+	it.stack = it.buf[:0]
 }
 
 // Valid reports whether the cursor is at an item.
@@ -247,10 +254,17 @@ func (it *Iter[T]) downRight(n *node[T]) {
 
 // SeekGE moves to the smallest item >= key and reports whether there is one.
 func (it *Iter[T]) SeekGE(key T) bool {
+	compare := it.t.cmp
+	return it.SeekGEFunc(func(item T) int { return compare(item, key) })
+}
+
+// SeekGEFunc moves to the smallest item for which probe returns >= 0 and
+// reports whether there is one. probe is as for BTree.GetFunc.
+func (it *Iter[T]) SeekGEFunc(probe func(T) int) bool {
 	it.stack = it.stack[:0]
 	n := it.t.root
 	for n != nil {
-		i, found := n.find(key, it.t.cmp)
+		i, found := n.findFunc(probe)
 		it.stack = append(it.stack, frame[T]{n, i})
 		if found || n.children == nil {
 			break
