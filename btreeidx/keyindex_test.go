@@ -291,7 +291,9 @@ func TestKeyIndexCompactTrims(t *testing.T) {
 func TestIndexCloneIsolation(t *testing.T) {
 	x := fooIndex(t)
 	c := x.Clone()
-	if err := x.Put([]byte("foo"), r(20)); err != nil {
+	// Both sides append to the same generation, whose revision array has
+	// spare capacity: the copies must not share it.
+	if err := x.Put([]byte("foo"), rs(20, 1)); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Tombstone([]byte("foo"), r(20)); err != nil {
@@ -301,8 +303,8 @@ func TestIndexCloneIsolation(t *testing.T) {
 	if err := c.Put([]byte("new"), r(21)); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, ver, err := x.Get([]byte("foo"), 20); err != nil || ver != 4 {
-		t.Fatalf("original: foo at 20 ver %d err %v", ver, err)
+	if mod, _, ver, err := x.Get([]byte("foo"), 20); err != nil || ver != 4 || mod != rs(20, 1) {
+		t.Fatalf("original: foo at 20 mod %v ver %d err %v", mod, ver, err)
 	}
 	if _, _, _, err := c.Get([]byte("foo"), 20); !errors.Is(err, ErrRevisionNotFound) {
 		t.Fatalf("clone: foo at 20 err %v", err)
