@@ -159,20 +159,26 @@ func (t *BTree[T]) descend(n *node[T], hi T, hasHi bool, lo T, hasLo bool, fn fu
 	}
 }
 
+// maxHeight bounds a tree's height. Every node below the root has at least
+// minItems+1 children, so a tree of height h holds at least
+// 2*(minItems+1)^(h-2) leaves: 32 levels are more than any memory can fill.
+const maxHeight = 32
+
 // Iter is a bidirectional cursor over a BTree. The zero Iter is not valid;
 // get one from BTree.Iter. An Iter is invalidated by any mutation of its tree
 // (using it afterwards gives unspecified, but memory-safe, results); iterate a
 // Clone to mutate the original meanwhile.
 //
-// Its position is a path of frames from the root. In every frame but the
-// last, idx is the child of that node the path descends into; in the last
-// frame idx is the current item. The item that follows child c in order is
-// item c of the same node, which makes Next and Prev climb without
-// searching.
+// Its position is a path of frames from the root, stack[:depth]. In every
+// frame but the last, idx is the child of that node the path descends into;
+// in the last frame idx is the current item. The item that follows child c
+// in order is item c of the same node, which makes Next and Prev climb
+// without searching. The stack is a fixed array, not a slice into itself, so
+// an Iter declared in a function stays on that function's stack.
 type Iter[T any] struct {
 	t     *BTree[T]
-	stack []frame[T]
-	buf   [8]frame[T] // backing for stack: no allocation up to 8 levels
+	depth int
+	stack [maxHeight]frame[T]
 }
 
 type frame[T any] struct {
@@ -188,19 +194,25 @@ func (t *BTree[T]) Iter() *Iter[T] {
 	return it
 }
 
-// reset points it at t, unpositioned. Package code declares an Iter value
-// and resets it, which keeps the cursor off the heap.
+// reset points it at t, unpositioned.
 func (it *Iter[T]) reset(t *BTree[T]) {
 	it.t = t
-	it.stack = it.buf[:0]
+	it.depth = 0
 }
+
+func (it *Iter[T]) push(n *node[T], idx int) {
+	it.stack[it.depth] = frame[T]{n, idx}
+	it.depth++
+}
+
+func (it *Iter[T]) top() *frame[T] { return &it.stack[it.depth-1] }
 
 // Valid reports whether the cursor is at an item.
 func (it *Iter[T]) Valid() bool {
-	if len(it.stack) == 0 {
+	if it.depth == 0 {
 		return false
 	}
-	f := it.stack[len(it.stack)-1]
+	f := it.top()
 	return f.idx >= 0 && f.idx < f.n.n
 }
 
@@ -210,13 +222,13 @@ func (it *Iter[T]) Item() T {
 		var zero T
 		return zero
 	}
-	f := it.stack[len(it.stack)-1]
+	f := it.top()
 	return f.n.items[f.idx]
 }
 
 // First moves to the smallest item and reports whether there is one.
 func (it *Iter[T]) First() bool {
-	it.stack = it.stack[:0]
+	it.depth = 0
 	if it.t.root == nil {
 		return false
 	}
@@ -226,7 +238,7 @@ func (it *Iter[T]) First() bool {
 
 // Last moves to the largest item and reports whether there is one.
 func (it *Iter[T]) Last() bool {
-	it.stack = it.stack[:0]
+	it.depth = 0
 	if it.t.root == nil {
 		return false
 	}
@@ -237,19 +249,19 @@ func (it *Iter[T]) Last() bool {
 // downLeft pushes the path from n to its smallest item.
 func (it *Iter[T]) downLeft(n *node[T]) {
 	for n.children != nil {
-		it.stack = append(it.stack, frame[T]{n, 0})
+		it.push(n, 0)
 		n = n.children[0]
 	}
-	it.stack = append(it.stack, frame[T]{n, 0})
+	it.push(n, 0)
 }
 
 // downRight pushes the path from n to its largest item.
 func (it *Iter[T]) downRight(n *node[T]) {
 	for n.children != nil {
-		it.stack = append(it.stack, frame[T]{n, n.n})
+		it.push(n, n.n)
 		n = n.children[n.n]
 	}
-	it.stack = append(it.stack, frame[T]{n, n.n - 1})
+	it.push(n, n.n-1)
 }
 
 // SeekGE moves to the smallest item >= key and reports whether there is one.
@@ -261,20 +273,20 @@ func (it *Iter[T]) SeekGE(key T) bool {
 // SeekGEFunc moves to the smallest item for which probe returns >= 0 and
 // reports whether there is one. probe is as for BTree.GetFunc.
 func (it *Iter[T]) SeekGEFunc(probe func(T) int) bool {
-	it.stack = it.stack[:0]
+	it.depth = 0
 	n := it.t.root
-	for n != nil {
+	if n == nil {
+		return false
+	}
+	for {
 		i, found := n.findFunc(probe)
-		it.stack = append(it.stack, frame[T]{n, i})
+		it.push(n, i)
 		if found || n.children == nil {
 			break
 		}
 		n = n.children[i]
 	}
-	if n == nil {
-		return false
-	}
-	if f := it.stack[len(it.stack)-1]; f.idx == f.n.n {
+	if f := it.top(); f.idx == f.n.n {
 		// Past the end of a leaf: the successor is the separator after
 		// the nearest ancestor child that is not the last one.
 		it.climbForward()
@@ -299,14 +311,14 @@ func (it *Iter[T]) Next() bool {
 	if !it.Valid() {
 		return false
 	}
-	top := &it.stack[len(it.stack)-1]
-	if top.n.children != nil {
-		top.idx++
-		it.downLeft(top.n.children[top.idx])
+	f := it.top()
+	f.idx++
+	if f.n.children != nil {
+		// The successor of item i is the smallest item of child i+1.
+		it.downLeft(f.n.children[f.idx])
 		return true
 	}
-	top.idx++
-	if top.idx < top.n.n {
+	if f.idx < f.n.n {
 		return true
 	}
 	it.climbForward()
@@ -317,13 +329,12 @@ func (it *Iter[T]) Next() bool {
 // the last one; the first ancestor that still has a separator to the right
 // is positioned on it. If there is none, the cursor ends invalid.
 func (it *Iter[T]) climbForward() {
-	it.stack = it.stack[:len(it.stack)-1]
-	for len(it.stack) > 0 {
-		f := it.stack[len(it.stack)-1]
-		if f.idx < f.n.n {
+	it.depth--
+	for it.depth > 0 {
+		if f := it.top(); f.idx < f.n.n {
 			return
 		}
-		it.stack = it.stack[:len(it.stack)-1]
+		it.depth--
 	}
 }
 
@@ -333,26 +344,25 @@ func (it *Iter[T]) Prev() bool {
 	if !it.Valid() {
 		return false
 	}
-	top := &it.stack[len(it.stack)-1]
-	if top.n.children != nil {
+	f := it.top()
+	if f.n.children != nil {
 		// The predecessor of item i is the largest item of child i.
-		it.downRight(top.n.children[top.idx])
+		it.downRight(f.n.children[f.idx])
 		return true
 	}
-	top.idx--
-	if top.idx >= 0 {
+	f.idx--
+	if f.idx >= 0 {
 		return true
 	}
 	// Pop frames that descended into child 0; the first ancestor that
 	// descended into child c > 0 is positioned on separator c-1.
-	it.stack = it.stack[:len(it.stack)-1]
-	for len(it.stack) > 0 {
-		f := &it.stack[len(it.stack)-1]
-		if f.idx > 0 {
+	it.depth--
+	for it.depth > 0 {
+		if f := it.top(); f.idx > 0 {
 			f.idx--
 			return true
 		}
-		it.stack = it.stack[:len(it.stack)-1]
+		it.depth--
 	}
 	return false
 }
