@@ -2,6 +2,7 @@ package btreeidx
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	gbtree "github.com/google/btree"
@@ -25,21 +26,25 @@ func BenchmarkBTree(b *testing.B) {
 	perm := rand.New(rand.NewPCG(1, 2)).Perm(benchN)
 
 	type impl struct {
-		name   string
-		new    func() treeOps
-		filled func() treeOps
+		name string
+		new  func() treeOps
+		full treeOps // benchN items, for the read and clone cases
 	}
-	impls := []impl{
-		{"ours", func() treeOps { return oursTree{NewOrdered[int]()} }, nil},
-		{"google", func() treeOps { return googleTree{gbtree.NewOrderedG[int](32)} }, nil},
+	impls := []*impl{
+		{name: "ours", new: func() treeOps { return oursTree{NewOrdered[int]()} }},
+		{name: "google", new: func() treeOps { return googleTree{gbtree.NewOrderedG[int](32)} }},
 	}
 	for _, im := range impls {
-		full := im.new()
+		im.full = im.new()
 		for _, v := range perm {
-			full.insert(v)
+			im.full.insert(v)
 		}
-		b.Run(im.name+"/insert", func(b *testing.B) {
-			b.ReportAllocs()
+	}
+	cases := []struct {
+		name string
+		run  func(b *testing.B, im *impl)
+	}{
+		{"insert", func(b *testing.B, im *impl) {
 			tr := im.new()
 			for i := 0; b.Loop(); i++ {
 				if i%benchN == 0 {
@@ -47,37 +52,46 @@ func BenchmarkBTree(b *testing.B) {
 				}
 				tr.insert(perm[i%benchN])
 			}
-		})
-		b.Run(im.name+"/get", func(b *testing.B) {
-			b.ReportAllocs()
+		}},
+		{"get", func(b *testing.B, im *impl) {
 			for i := 0; b.Loop(); i++ {
-				if !full.get(perm[i%benchN]) {
+				if !im.full.get(perm[i%benchN]) {
 					b.Fatal("missing key")
 				}
 			}
-		})
-		b.Run(im.name+"/range", func(b *testing.B) {
-			b.ReportAllocs()
+		}},
+		{"range", func(b *testing.B, im *impl) {
 			for i := 0; b.Loop(); i++ {
 				lo := perm[i%benchN]
-				if n := full.rangeCount(lo, lo+100); n != min(100, benchN-lo) {
+				if n := im.full.rangeCount(lo, lo+100); n != min(100, benchN-lo) {
 					b.Fatalf("range from %d saw %d items", lo, n)
 				}
 			}
-		})
-		b.Run(im.name+"/clone", func(b *testing.B) {
-			b.ReportAllocs()
+		}},
+		{"clone", func(b *testing.B, im *impl) {
 			for b.Loop() {
-				sinkTree = full.clone()
+				sinkTree = im.full.clone()
 			}
-		})
-		b.Run(im.name+"/clonewrite", func(b *testing.B) {
-			b.ReportAllocs()
+		}},
+		{"clonewrite", func(b *testing.B, im *impl) {
 			for i := 0; b.Loop(); i++ {
-				c := full.clone()
+				c := im.full.clone()
 				c.insert(perm[i%benchN])
 			}
-		})
+		}},
+	}
+	// Case-major order puts the two implementations of a case next to
+	// each other in time, which matters on a shared, noisy machine.
+	for _, c := range cases {
+		for _, im := range impls {
+			b.Run(im.name+"/"+c.name, func(b *testing.B) {
+				b.ReportAllocs()
+				// Start each case from a collected heap, so neither
+				// implementation pays for the other's garbage.
+				runtime.GC()
+				c.run(b, im)
+			})
+		}
 	}
 }
 

@@ -346,6 +346,10 @@ func TestEmptyTree(t *testing.T) {
 	if it.First() || it.Last() || it.SeekGE("a") || it.SeekLE("a") || it.Next() || it.Prev() || it.Valid() {
 		t.Fatal("cursor valid on empty tree")
 	}
+	var zero Iter[string]
+	if zero.First() || zero.Last() || zero.SeekGE("a") || zero.SeekLE("a") || zero.Next() || zero.Prev() || zero.Valid() {
+		t.Fatal("zero Iter is valid")
+	}
 	tr.Ascend(func(string) bool { t.Fatal("Ascend on empty"); return false })
 	tr.ReplaceOrInsert("a")
 	tr.Delete("a")

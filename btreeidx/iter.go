@@ -164,8 +164,8 @@ func (t *BTree[T]) descend(n *node[T], hi T, hasHi bool, lo T, hasLo bool, fn fu
 // 2*(minItems+1)^(h-2) leaves: 32 levels are more than any memory can fill.
 const maxHeight = 32
 
-// Iter is a bidirectional cursor over a BTree. The zero Iter is not valid;
-// get one from BTree.Iter. An Iter is invalidated by any mutation of its tree
+// Iter is a bidirectional cursor over a BTree; get one from BTree.Iter (a
+// zero Iter is over no tree and never valid). An Iter is invalidated by any mutation of its tree
 // (using it afterwards gives unspecified, but memory-safe, results); iterate a
 // Clone to mutate the original meanwhile.
 //
@@ -229,7 +229,7 @@ func (it *Iter[T]) Item() T {
 // First moves to the smallest item and reports whether there is one.
 func (it *Iter[T]) First() bool {
 	it.depth = 0
-	if it.t.root == nil {
+	if it.t == nil || it.t.root == nil {
 		return false
 	}
 	it.downLeft(it.t.root)
@@ -239,7 +239,7 @@ func (it *Iter[T]) First() bool {
 // Last moves to the largest item and reports whether there is one.
 func (it *Iter[T]) Last() bool {
 	it.depth = 0
-	if it.t.root == nil {
+	if it.t == nil || it.t.root == nil {
 		return false
 	}
 	it.downRight(it.t.root)
@@ -266,6 +266,9 @@ func (it *Iter[T]) downRight(n *node[T]) {
 
 // SeekGE moves to the smallest item >= key and reports whether there is one.
 func (it *Iter[T]) SeekGE(key T) bool {
+	if it.t == nil {
+		return false
+	}
 	compare := it.t.cmp
 	return it.SeekGEFunc(func(item T) int { return compare(item, key) })
 }
@@ -274,6 +277,9 @@ func (it *Iter[T]) SeekGE(key T) bool {
 // reports whether there is one. probe is as for BTree.GetFunc.
 func (it *Iter[T]) SeekGEFunc(probe func(T) int) bool {
 	it.depth = 0
+	if it.t == nil {
+		return false
+	}
 	n := it.t.root
 	if n == nil {
 		return false
@@ -296,6 +302,9 @@ func (it *Iter[T]) SeekGEFunc(probe func(T) int) bool {
 
 // SeekLE moves to the largest item <= key and reports whether there is one.
 func (it *Iter[T]) SeekLE(key T) bool {
+	if it.t == nil {
+		return false
+	}
 	if !it.SeekGE(key) {
 		return it.Last()
 	}
