@@ -94,6 +94,15 @@ func (t *BTree[T]) ascend(n *node[T], lo T, hasLo bool, hi T, hasHi bool, fn fun
 		// child end holds only items < hi and needs no bound.
 		end, endFound = n.find(hi, t.cmp)
 	}
+	if n.children == nil {
+		// Most visits are to leaves: a plain loop over the slice.
+		for _, it := range n.items[start:end] {
+			if !fn(it) {
+				return false
+			}
+		}
+		return end == n.n
+	}
 	for k := start; ; k++ {
 		if n.children != nil && !skipChild {
 			if !t.ascend(n.children[k], lo, hasLo && k == start, hi, hasHi && k == end && !endFound, fn) {
@@ -140,6 +149,14 @@ func (t *BTree[T]) descend(n *node[T], hi T, hasHi bool, lo T, hasLo bool, fn fu
 		} else {
 			stop = i
 		}
+	}
+	if n.children == nil {
+		for k := top; k > stop; k-- {
+			if !fn(n.items[k-1]) {
+				return false
+			}
+		}
+		return stop == 0
 	}
 	for k := top; ; k-- {
 		if n.children != nil && !skipChild {
