@@ -1,0 +1,326 @@
+package btreeidx
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"testing"
+)
+
+// histEvent is one change in the naive model: a put or a delete of a key.
+type histEvent struct {
+	key string
+	rev Revision
+	del bool
+}
+
+// history is the naive reference for the index: the full list of changes in
+// revision order, never compacted. Every answer is computed by scanning it.
+type history struct {
+	events []histEvent
+	byKey  map[string][]int // positions in events, per key, in order
+}
+
+func newHistory() *history { return &history{byKey: make(map[string][]int)} }
+
+func (h *history) add(e histEvent) {
+	h.byKey[e.key] = append(h.byKey[e.key], len(h.events))
+	h.events = append(h.events, e)
+}
+
+// last returns the position in byKey[key] of the key's newest change with
+// Main <= atRev, or -1.
+func (h *history) last(key string, atRev int64) int {
+	evs := h.byKey[key]
+	i := sort.Search(len(evs), func(i int) bool { return h.events[evs[i]].rev.Main > atRev })
+	return i - 1
+}
+
+// get: the newest change at or before atRev decides. A delete means not
+// found; a put's generation starts after the previous delete, and its
+// version counts the puts from there.
+func (h *history) get(key string, atRev int64) (mod, created Revision, ver int64, ok bool) {
+	i := h.last(key, atRev)
+	if i < 0 {
+		return
+	}
+	evs := h.byKey[key]
+	e := h.events[evs[i]]
+	if e.del {
+		return
+	}
+	j := i
+	for j > 0 && !h.events[evs[j-1]].del {
+		j--
+	}
+	return e.rev, h.events[evs[j]].rev, int64(i - j + 1), true
+}
+
+func (h *history) live(key string) bool {
+	evs := h.byKey[key]
+	return len(evs) > 0 && !h.events[evs[len(evs)-1]].del
+}
+
+// kept is the model of Compact(rev)'s result for one key: the newest change
+// <= rev if it is a put, or a delete at exactly rev (Keep leaves that out).
+func (h *history) kept(key string, rev int64, withTombstone bool, into map[Revision]struct{}) {
+	i := h.last(key, rev)
+	if i < 0 {
+		return
+	}
+	e := h.events[h.byKey[key][i]]
+	if !e.del || withTombstone && e.rev.Main == rev {
+		into[e.rev] = struct{}{}
+	}
+}
+
+func (h *history) keys() []string {
+	return slices.Sorted(maps.Keys(h.byKey))
+}
+
+// TestIndexModel drives the index with random transactions (1-3 changes on
+// distinct keys per main revision, as etcd's txn validation guarantees),
+// deletes of missing keys, compactions and clones, and compares every
+// answer with the naive history. Reads are compared at revisions >= the
+// last compaction, where the index must still be exact. At the end (and at
+// intervals) it rebuilds an index from the records a compacted store would
+// hold, through Restore, and checks it answers like the live one.
+func TestIndexModel(t *testing.T) {
+	rng := testRand(t)
+	const revisions = 30_000
+	const nkeys = 40
+	keyName := func(i int) string { return fmt.Sprintf("k%02d", i) }
+
+	x := NewIndex()
+	h := newHistory()
+	// store models the page store: the revisions of records not yet deleted
+	// by a compaction.
+	store := make(map[Revision]histEvent)
+	var compacted, cur int64 = 0, 1
+
+	type snapshot struct {
+		x         *Index
+		rev       int64 // last revision written before the Clone
+		compacted int64
+	}
+	var snaps []snapshot
+
+	checkReads := func(x *Index, maxRev, minRev int64) {
+		t.Helper()
+		for range 8 {
+			at := minRev + rng.Int64N(maxRev-minRev+1)
+			k := keyName(rng.IntN(nkeys))
+			mod, cre, ver, err := x.Get([]byte(k), at)
+			wm, wc, wv, ok := h.get(k, at)
+			if ok != (err == nil) || ok && (mod != wm || cre != wc || ver != wv) {
+				t.Fatalf("Get(%s, %d) = %v %v %d %v; model %v %v %d %v", k, at, mod, cre, ver, err, wm, wc, wv, ok)
+			}
+		}
+		at := minRev + rng.Int64N(maxRev-minRev+1)
+		lo, hi := rng.IntN(nkeys+1), rng.IntN(nkeys+1)
+		var end []byte
+		if rng.IntN(4) == 0 {
+			end = []byte("\x00")
+			hi = nkeys
+		} else {
+			end = []byte(keyName(hi))
+		}
+		var wantKeys []string
+		var wantRevs []Revision
+		for i := lo; i < hi; i++ {
+			if m, _, _, ok := h.get(keyName(i), at); ok {
+				wantKeys = append(wantKeys, keyName(i))
+				wantRevs = append(wantRevs, m)
+			}
+		}
+		keys, revs := x.Range([]byte(keyName(lo)), end, at)
+		var gotKeys []string
+		for _, k := range keys {
+			gotKeys = append(gotKeys, string(k))
+		}
+		if !slices.Equal(gotKeys, wantKeys) || !slices.Equal(revs, wantRevs) {
+			t.Fatalf("Range(%s, %q, %d) = %v %v; model %v %v", keyName(lo), end, at, gotKeys, revs, wantKeys, wantRevs)
+		}
+		limit := rng.IntN(4)
+		revs, total := x.Revisions([]byte(keyName(lo)), end, at, limit, true)
+		wantLim := wantRevs
+		if limit > 0 && len(wantLim) > limit {
+			wantLim = wantLim[:limit]
+		}
+		if total != len(wantRevs) || !slices.Equal(revs, wantLim) {
+			t.Fatalf("Revisions(limit %d) = %v total %d; model %v total %d", limit, revs, total, wantLim, len(wantRevs))
+		}
+		if n := x.CountRevisions([]byte(keyName(lo)), end, at, 0); n != len(wantRevs) {
+			t.Fatalf("CountRevisions = %d; model %d", n, len(wantRevs))
+		}
+	}
+
+	checkSince := func() {
+		t.Helper()
+		// Revisions above the compaction are all intact.
+		since := compacted + 1 + rng.Int64N(cur-compacted+1)
+		lo, hi := rng.IntN(nkeys+1), rng.IntN(nkeys+1)
+		var want []Revision
+		for _, e := range h.events {
+			k := e.key
+			if e.rev.Main >= since && k >= keyName(lo) && k < keyName(hi) {
+				want = append(want, e.rev)
+			}
+		}
+		got := x.RangeSince([]byte(keyName(lo)), []byte(keyName(hi)), since)
+		if !slices.Equal(got, want) {
+			t.Fatalf("RangeSince(%s, %s, %d) = %v; model %v", keyName(lo), keyName(hi), since, got, want)
+		}
+	}
+
+	// checkRestore rebuilds an index from the modeled store, in revision
+	// order, as the store does on open, and compares it with the live one.
+	checkRestore := func() {
+		t.Helper()
+		recs := slices.SortedFunc(maps.Values(store), func(a, b histEvent) int { return a.rev.Compare(b.rev) })
+		y := NewIndex()
+		for _, e := range recs {
+			var created Revision
+			var ver int64
+			if !e.del {
+				_, created, ver, _ = h.get(e.key, e.rev.Main)
+			}
+			if err := y.Restore([]byte(e.key), e.rev, created, ver, e.del); err != nil {
+				t.Fatalf("Restore(%s, %v): %v", e.key, e.rev, err)
+			}
+		}
+		if y.Len() != x.Len() {
+			t.Fatalf("restored index has %d keys, live %d", y.Len(), x.Len())
+		}
+		for range 20 {
+			at := compacted + rng.Int64N(cur-compacted+1)
+			k := keyName(rng.IntN(nkeys))
+			m1, c1, v1, e1 := x.Get([]byte(k), at)
+			m2, c2, v2, e2 := y.Get([]byte(k), at)
+			if m1 != m2 || c1 != c2 || v1 != v2 || (e1 == nil) != (e2 == nil) {
+				t.Fatalf("restored Get(%s, %d) = %v %v %d %v; live %v %v %d %v", k, at, m2, c2, v2, e2, m1, c1, v1, e1)
+			}
+		}
+		for _, rev := range []int64{compacted, compacted + rng.Int64N(cur-compacted+1)} {
+			if a, b := x.Keep(rev), y.Keep(rev); !maps.Equal(a, b) {
+				t.Fatalf("Keep(%d): restored %v, live %v", rev, b, a)
+			}
+		}
+	}
+
+	for cur < revisions {
+		rev := cur + 1
+		// One transaction: distinct keys, each put or deleted.
+		n := 1 + rng.IntN(3)
+		var sub int64
+		changed := false
+		for _, ki := range rng.Perm(nkeys)[:n] {
+			k := keyName(ki)
+			if rng.IntN(10) < 3 {
+				err := x.Tombstone([]byte(k), Revision{rev, sub})
+				if !h.live(k) {
+					if !errors.Is(err, ErrRevisionNotFound) {
+						t.Fatalf("Tombstone(%s) of a missing key: %v", k, err)
+					}
+					continue // nothing deleted, no sub-revision used
+				}
+				if err != nil {
+					t.Fatalf("Tombstone(%s, %d.%d): %v", k, rev, sub, err)
+				}
+				e := histEvent{k, Revision{rev, sub}, true}
+				h.add(e)
+				store[e.rev] = e
+			} else {
+				if err := x.Put([]byte(k), Revision{rev, sub}); err != nil {
+					t.Fatalf("Put(%s, %d.%d): %v", k, rev, sub, err)
+				}
+				e := histEvent{k, Revision{rev, sub}, false}
+				h.add(e)
+				store[e.rev] = e
+			}
+			sub++
+			changed = true
+		}
+		if changed {
+			cur = rev // revisions move only when something changed
+		}
+
+		switch rng.IntN(200) {
+		case 0, 1:
+			// Compact somewhere between the last compaction and now.
+			c := compacted + rng.Int64N(cur-compacted+1)
+			want := make(map[Revision]struct{})
+			for _, k := range h.keys() {
+				h.kept(k, c, true, want)
+			}
+			if got := x.Compact(c); !maps.Equal(got, want) {
+				t.Fatalf("Compact(%d) = %v; model %v", c, got, want)
+			}
+			wantKeep := make(map[Revision]struct{})
+			for _, k := range h.keys() {
+				h.kept(k, c, false, wantKeep)
+			}
+			if got := x.Keep(c); !maps.Equal(got, wantKeep) {
+				t.Fatalf("Keep(%d) = %v; model %v", c, got, wantKeep)
+			}
+			checkIndexTight(t, x, c, want)
+			for r, e := range store {
+				if _, ok := want[r]; !ok && r.Main <= c {
+					delete(store, e.rev)
+				}
+			}
+			compacted = c
+		case 2:
+			snaps = append(snaps, snapshot{x.Clone(), cur, compacted})
+			if len(snaps) > 4 {
+				snaps = snaps[1:]
+			}
+		case 3:
+			checkRestore()
+		}
+		if cur%50 == 0 && changed {
+			checkReads(x, cur, max(compacted, 1))
+			checkSince()
+			for _, s := range snaps {
+				// A snapshot answers as the index did when it was
+				// taken, whatever the live index did since.
+				checkReads(s.x, s.rev, max(s.compacted, 1))
+			}
+		}
+	}
+	checkRestore()
+	t.Logf("%d revisions, %d changes, %d keys left after compaction at %d", cur, len(h.events), x.Len(), compacted)
+}
+
+// checkIndexTight checks the keyIndex invariants of every entry, and that
+// after Compact(c) returned available the index holds no revision <= c
+// other than those: compaction dropped everything it could.
+func checkIndexTight(t *testing.T, x *Index, c int64, available map[Revision]struct{}) {
+	t.Helper()
+	x.tree.Ascend(func(ki *keyIndex) bool {
+		if ki.isEmpty() {
+			t.Fatalf("empty key %q left in the index", ki.key)
+		}
+		var prev Revision
+		for gi, g := range ki.generations {
+			if len(g.revs) == 0 && gi != len(ki.generations)-1 {
+				t.Fatalf("key %q: empty generation %d is not the last", ki.key, gi)
+			}
+			for _, r := range g.revs {
+				if !r.GreaterThan(prev) {
+					t.Fatalf("key %q: revisions not increasing: %v after %v", ki.key, r, prev)
+				}
+				prev = r
+				if _, ok := available[r]; r.Main <= c && !ok {
+					t.Fatalf("key %q: revision %v <= compaction %d survived but is not available", ki.key, r, c)
+				}
+			}
+		}
+		if prev != ki.modified {
+			t.Fatalf("key %q: modified %v, last revision %v", ki.key, ki.modified, prev)
+		}
+		return true
+	})
+}
