@@ -48,10 +48,10 @@ type DB struct {
 	failed   error     // guarded by writeMu: set when the disk state is unknown
 
 	readersMu   sync.Mutex
-	readersDone *sync.Cond        // signalled when readers empties
-	readers     map[uint64]int    // guarded by readersMu: open read txs per snapshot txid
-	closing     bool              // guarded by readersMu
-	verified    []atomic.Uint64   // bit per page: checksum and structure verified
+	readersDone *sync.Cond      // signalled when readers empties
+	readers     map[uint64]int  // guarded by readersMu: open read txs per snapshot txid
+	closing     bool            // guarded by readersMu
+	verified    []atomic.Uint64 // bit per page: checksum and structure verified
 	closed      atomic.Bool
 	st          statCounters
 	defragState defragCounters
