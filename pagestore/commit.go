@@ -235,6 +235,11 @@ func (db *DB) writeMeta(m *meta) error {
 		return nil
 	}
 	err = fmt.Errorf("pagestore: write meta page %d of %s (tx %d): %w", slot, db.path, m.txid, err)
+	if len(db.metaBuf[slot]) != db.pageSize {
+		// Unknown old content: an all-zero slot is invalid, which is
+		// just as good, since the other slot holds the previous commit.
+		db.metaBuf[slot] = make([]byte, db.pageSize)
+	}
 	if rerr := writeFull(db.file, db.metaBuf[slot], off); rerr != nil {
 		db.failed = err
 		db.log.Error("pagestore: cannot restore meta page after failed commit", "path", db.path, "slot", slot, "err", rerr)

@@ -214,6 +214,8 @@ func (db *DB) initFile() (*meta, error) {
 	if err := db.fs.SyncDir(filepath.Dir(db.path)); err != nil {
 		return nil, fmt.Errorf("pagestore: create %s: %w", db.path, err)
 	}
+	db.metaBuf[0] = append([]byte(nil), buf[:ps]...)
+	db.metaBuf[1] = append([]byte(nil), buf[ps:2*ps]...)
 	return m, nil
 }
 
