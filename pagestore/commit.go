@@ -15,7 +15,9 @@ func (tx *Tx) Commit() error {
 		return err
 	}
 	start := time.Now()
+	tx.db.syncTime = 0
 	published, err := tx.commit()
+	tx.syncTime = tx.db.syncTime
 	db := tx.db
 	if err != nil {
 		if !published {
@@ -27,7 +29,12 @@ func (tx *Tx) Commit() error {
 	if published {
 		db.st.recordCommit(time.Since(start))
 	}
+	shrink := tx.shrinkTo
 	tx.end(true)
+	if shrink > 0 {
+		// Outside the write lock: ftruncate can take milliseconds.
+		db.shrinkFile(shrink)
+	}
 	return err
 }
 
@@ -54,6 +61,9 @@ func (tx *Tx) commit() (published bool, err error) {
 			return false, err
 		}
 		tx.meta.root = tx.root.root
+	}
+	if tx.truncateTail {
+		tx.truncateTailPages()
 	}
 	if len(tx.dirty) == 0 && len(tx.freed) == 0 && len(tx.truncated) == 0 && !tx.forceCheckpoint {
 		return false, nil // nothing changed: no new commit
@@ -96,9 +106,12 @@ func (tx *Tx) commit() (published bool, err error) {
 	}
 	db.st.txid.Store(m.txid)
 	if len(tx.truncated) > 0 {
-		db.shrinkFile(int64(m.hwm) * int64(db.pageSize))
+		tx.shrinkTo = int64(m.hwm) * int64(db.pageSize)
 	}
 	db.publishSpace(m.hwm)
+	if debugCommitHook != nil {
+		debugCommitHook(tx)
+	}
 	if db.opts.StrictMode {
 		if err := db.checkLatest(); err != nil {
 			return true, err
@@ -106,6 +119,9 @@ func (tx *Tx) commit() (published bool, err error) {
 	}
 	return true, nil
 }
+
+// debugCommitHook, when set by a test, runs after every published commit.
+var debugCommitHook func(tx *Tx)
 
 // writeFreelistRecord appends this transaction's freelist record (a delta,
 // or a checkpoint when the chain is long) and returns its extent.
@@ -142,7 +158,7 @@ func (tx *Tx) writeFreelistRecord() (extent, bool, error) {
 			return extent{}, false, fmt.Errorf("pagestore: internal error: checkpoint estimate %d < %d extents", est, len(content.ext))
 		}
 		buf := make([]byte, n*ps)
-		encodeFreelistRecord(buf, id, flKindCheckpt, 0, tx.meta.txid, tx.meta.hwm, nil, content.ext, ps)
+		encodeFreelistRecord(buf, id, flKindCheckpt, 0, tx.meta.txid, tx.meta.hwm, tx.truncHWM, nil, content.ext, ps)
 		tx.dirty = append(tx.dirty, dirtyPage{id, buf})
 		tx.meta.flHead = id
 		fl.ckptExtents = len(content.ext)
@@ -160,7 +176,7 @@ func (tx *Tx) writeFreelistRecord() (extent, bool, error) {
 		return extent{}, false, fmt.Errorf("pagestore: internal error: delta estimate %d < %d extents", est, len(allocN)+len(freedN))
 	}
 	buf := make([]byte, n*ps)
-	encodeFreelistRecord(buf, id, flKindDelta, tx.meta.flHead, tx.meta.txid, tx.meta.hwm, allocN, freedN, ps)
+	encodeFreelistRecord(buf, id, flKindDelta, tx.meta.flHead, tx.meta.txid, tx.meta.hwm, tx.truncHWM, allocN, freedN, ps)
 	tx.dirty = append(tx.dirty, dirtyPage{id, buf})
 	tx.meta.flHead = id
 	fl.deltaExtents += len(allocN) + len(freedN)
@@ -171,14 +187,20 @@ func (tx *Tx) writeFreelistRecord() (extent, bool, error) {
 // pages into one pwrite, after growing the file if hwm needs it.
 func (db *DB) writeDirty(pages []dirtyPage, hwm pgid) error {
 	ps := int64(db.pageSize)
-	if need := int64(hwm) * ps; need > db.fileSize {
-		grow := min(max(need/16, 1<<20), 64<<20)
+	need := int64(hwm) * ps
+	db.sizeMu.Lock()
+	db.reserved = need
+	if need > db.fileSize {
+		grow := min(max(need/16, 16*ps), 64<<20)
 		size := min((need+grow+ps-1)/ps*ps, db.opts.MaxMapSize)
 		if err := db.file.Truncate(size); err != nil {
+			db.sizeMu.Unlock()
 			return fmt.Errorf("pagestore: grow %s to %d bytes: %w", db.path, size, err)
 		}
 		db.fileSize = size
+		db.st.fileSize.Store(size)
 	}
+	db.sizeMu.Unlock()
 	sort.Slice(pages, func(i, j int) bool { return pages[i].id < pages[j].id })
 	const maxRun = 4 << 20
 	var run []byte
@@ -212,7 +234,10 @@ func (db *DB) sync() error {
 	if db.opts.NoSync {
 		return nil
 	}
-	if err := db.file.Sync(); err != nil {
+	start := time.Now()
+	err := db.file.Sync()
+	db.syncTime += time.Since(start)
+	if err != nil {
 		return fmt.Errorf("pagestore: sync %s: %w", db.path, err)
 	}
 	return nil
@@ -254,8 +279,16 @@ func (db *DB) writeMeta(m *meta) error {
 
 // shrinkFile truncates the file after a commit lowered hwm. Failure only
 // wastes space, so it is logged.
+//
+// It runs after the write lock is released, so a writer may have started
+// using pages above size meanwhile; every writer records the size its
+// pages need in reserved (under sizeMu) before writing, and the file is
+// never cut below that.
 func (db *DB) shrinkFile(size int64) {
-	if size >= db.fileSize {
+	db.sizeMu.Lock()
+	defer db.sizeMu.Unlock()
+	size = max(size, db.reserved)
+	if db.file == nil || size >= db.fileSize {
 		return
 	}
 	if err := db.file.Truncate(size); err != nil {
@@ -263,7 +296,7 @@ func (db *DB) shrinkFile(size int64) {
 		return
 	}
 	db.fileSize = size
-	if err := db.sync(); err != nil {
-		db.log.Warn("pagestore: sync after truncate failed", "path", db.path, "err", err)
-	}
+	db.st.fileSize.Store(size)
+	// No sync: if the shorter size is lost in a crash the file is just
+	// longer than hwm again, which Open accepts.
 }

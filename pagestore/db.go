@@ -41,11 +41,17 @@ type DB struct {
 
 	meta atomic.Pointer[meta] // latest durable commit
 
-	writeMu  sync.Mutex
-	fl       *freelist // guarded by writeMu
-	fileSize int64     // guarded by writeMu
-	metaBuf  [2][]byte // guarded by writeMu: bytes last written to each meta slot
-	failed   error     // guarded by writeMu: set when the disk state is unknown
+	writeMu sync.Mutex
+	fl      *freelist // guarded by writeMu
+	// sizeMu guards fileSize and reserved and is held around every
+	// ftruncate: the writer takes it (under writeMu) to grow the file, and
+	// a finished defrag step takes it after releasing writeMu to shrink it.
+	sizeMu   sync.Mutex
+	fileSize int64         // guarded by sizeMu
+	reserved int64         // guarded by sizeMu: bytes the latest commit's pages need
+	metaBuf  [2][]byte     // guarded by writeMu: bytes last written to each meta slot
+	failed   error         // guarded by writeMu: set when the disk state is unknown
+	syncTime time.Duration // guarded by writeMu: time in fdatasync during the current commit
 
 	readersMu   sync.Mutex
 	readersDone *sync.Cond      // signalled when readers empties
@@ -197,7 +203,7 @@ func (db *DB) initFile() (*meta, error) {
 	buf := make([]byte, 4*ps)
 	putHeader(buf[2*ps:], 2, flagLeaf, 0, 0, rootBucketOwner)
 	sealPage(buf[2*ps : 3*ps])
-	encodeFreelistRecord(buf[3*ps:], 3, flKindCheckpt, 0, 1, 4, nil, nil, ps)
+	encodeFreelistRecord(buf[3*ps:], 3, flKindCheckpt, 0, 1, 4, 0, nil, nil, ps)
 	m := &meta{pageSize: uint32(ps), root: 2, flHead: 3, hwm: 4, nextBucketID: 1}
 	m.encode(buf[0:ps], 0)
 	m.txid = 1
@@ -316,12 +322,14 @@ func (db *DB) closeFiles() error {
 		err = unix.Munmap(db.data)
 		db.data = nil
 	}
+	db.sizeMu.Lock()
 	if db.file != nil {
 		if cerr := db.file.Close(); err == nil {
 			err = cerr
 		}
 		db.file = nil
 	}
+	db.sizeMu.Unlock()
 	if db.lock != nil {
 		if cerr := db.lock.Close(); err == nil {
 			err = cerr

@@ -174,16 +174,20 @@ const (
 	bucketHeaderSize = 16
 
 	// Freelist record: header, then kind u32, nAlloc u32, nFreed u32,
-	// reserved u32, prev pgid u64, txid u64, hwm u64, then extents
-	// (start u64, length u64): nAlloc allocated, then nFreed freed. A
-	// checkpoint has nAlloc 0 and lists the whole free set as "freed".
+	// reserved u32, prev pgid u64, txid u64, hwm u64, trunc u64, then
+	// extents (start u64, length u64): nAlloc allocated, then nFreed
+	// freed. A checkpoint has nAlloc 0 and lists the whole free set as
+	// "freed". trunc (0: none) is the lowest hwm the transaction truncated
+	// to before it allocated pages at the end again. Replay: drop free
+	// pages >= trunc, remove alloc, add freed, drop free pages >= hwm.
 	flOffKind       = 32
 	flOffNAlloc     = 36
 	flOffNFreed     = 40
 	flOffPrev       = 48
 	flOffTxID       = 56
 	flOffHWM        = 64
-	flHeaderSize    = 72
+	flOffTrunc      = 72
+	flHeaderSize    = 80
 	extentSize      = 16
 	flKindCheckpt   = 1
 	flKindDelta     = 2

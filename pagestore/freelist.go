@@ -60,7 +60,7 @@ func (fl *freelist) pendingContains(id pgid) bool {
 }
 
 // encodeFreelistRecord fills buf (a whole page run starting at page id).
-func encodeFreelistRecord(buf []byte, id pgid, kind uint32, prev pgid, txid uint64, hwm pgid, alloc, freed []extent, ps int) {
+func encodeFreelistRecord(buf []byte, id pgid, kind uint32, prev pgid, txid uint64, hwm, trunc pgid, alloc, freed []extent, ps int) {
 	clear(buf)
 	putHeader(buf, id, flagFreelist, len(alloc)+len(freed), uint32(len(buf)/ps-1), 0)
 	le.PutUint32(buf[flOffKind:], kind)
@@ -69,6 +69,7 @@ func encodeFreelistRecord(buf []byte, id pgid, kind uint32, prev pgid, txid uint
 	le.PutUint64(buf[flOffPrev:], uint64(prev))
 	le.PutUint64(buf[flOffTxID:], txid)
 	le.PutUint64(buf[flOffHWM:], uint64(hwm))
+	le.PutUint64(buf[flOffTrunc:], uint64(trunc))
 	off := flHeaderSize
 	for _, list := range [][]extent{alloc, freed} {
 		for _, e := range list {
@@ -87,6 +88,7 @@ type flRecord struct {
 	prev  pgid
 	txid  uint64
 	hwm   pgid
+	trunc pgid
 	alloc []extent
 	freed []extent
 }
@@ -103,6 +105,7 @@ func decodeFreelistRecord(p []byte, id pgid, ps int) (*flRecord, error) {
 		prev:  pgid(le.Uint64(p[flOffPrev:])),
 		txid:  le.Uint64(p[flOffTxID:]),
 		hwm:   pgid(le.Uint64(p[flOffHWM:])),
+		trunc: pgid(le.Uint64(p[flOffTrunc:])),
 	}
 	if r.kind != flKindCheckpt && r.kind != flKindDelta {
 		return nil, fmt.Errorf("unknown freelist record kind %d", r.kind)
@@ -154,6 +157,9 @@ func loadFreelist(path string, m *meta, ps int, readPage func(pgid) ([]byte, err
 	fl := &freelist{free: &freeSet{}}
 	for i := len(recs) - 1; i >= 0; i-- {
 		r := recs[i]
+		if r.trunc != 0 {
+			fl.free.clip(r.trunc)
+		}
 		for _, e := range r.alloc {
 			if !fl.free.remove(e.start, e.n) {
 				return nil, corruptf(path, "freelist record page %d (tx %d): allocated pages [%d,+%d) were not free", r.id, r.txid, e.start, e.n)

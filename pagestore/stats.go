@@ -95,5 +95,7 @@ func (db *DB) publishSpace(hwm pgid) {
 	db.st.inUseBytes.Store((int64(hwm) - int64(fl.free.count+fl.pendingCount)) * int64(db.pageSize))
 	db.st.freePages.Store(int64(fl.free.count))
 	db.st.pendingPages.Store(int64(fl.pendingCount))
+	db.sizeMu.Lock()
 	db.st.fileSize.Store(db.fileSize)
+	db.sizeMu.Unlock()
 }

@@ -26,7 +26,11 @@ type Tx struct {
 	dirty           []dirtyPage
 	grew            bool // a Put or CreateBucket ran: the quota applies
 	forceCheckpoint bool
+	truncateTail    bool // defrag: drop the free tail before writing
+	truncHWM        pgid // hwm right after that drop (0: none)
 	lockWait        time.Duration
+	syncTime        time.Duration // time the commit spent in fdatasync
+	shrinkTo        int64         // defrag: file size to cut to after unlocking
 }
 
 type dirtyPage struct {
