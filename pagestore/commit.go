@@ -203,7 +203,6 @@ func (db *DB) writeDirty(pages []dirtyPage, hwm pgid) error {
 	db.sizeMu.Unlock()
 	sort.Slice(pages, func(i, j int) bool { return pages[i].id < pages[j].id })
 	const maxRun = 4 << 20
-	var run []byte
 	for i := 0; i < len(pages); {
 		// Pages [i, j) are adjacent on disk: one pwrite.
 		j, end, size := i+1, pages[i].id+pgid(int64(len(pages[i].buf))/ps), len(pages[i].buf)
@@ -214,7 +213,10 @@ func (db *DB) writeDirty(pages []dirtyPage, hwm pgid) error {
 		}
 		buf := pages[i].buf
 		if j-i > 1 {
-			run = run[:0]
+			if cap(db.scratch) < size {
+				db.scratch = make([]byte, 0, max(size, maxRun))
+			}
+			run := db.scratch[:0]
 			for _, p := range pages[i:j] {
 				run = append(run, p.buf...)
 			}

@@ -231,8 +231,7 @@ func (c *Cursor) search(key []byte) error {
 			if r.n != nil {
 				r.idx = sort.Search(cnt, func(i int) bool { return bytes.Compare(r.n.inodes[i].key, key) >= 0 })
 			} else {
-				p := r.p
-				r.idx = sort.Search(cnt, func(i int) bool { return bytes.Compare(leafKey(p, i), key) >= 0 })
+				r.idx = searchPage(r.p, cnt, key, 8, 0)
 			}
 			return nil
 		}
@@ -241,8 +240,7 @@ func (c *Cursor) search(key []byte) error {
 		if r.n != nil {
 			idx = sort.Search(cnt, func(i int) bool { return bytes.Compare(r.n.inodes[i].key, key) > 0 })
 		} else {
-			p := r.p
-			idx = sort.Search(cnt, func(i int) bool { return bytes.Compare(branchKey(p, i), key) > 0 })
+			idx = searchPage(r.p, cnt, key, 4, 1)
 		}
 		if idx > 0 {
 			idx--
@@ -290,4 +288,24 @@ func (c *Cursor) node() (*node, error) {
 		}
 	}
 	return n, nil
+}
+
+// searchPage returns the first element of page p whose key is >= key
+// (strict 0) or > key (strict 1). ksOff is the offset of the key size in
+// the element (8 for leaves, 4 for branches); the key position is the
+// u32 just before it.
+func searchPage(p []byte, cnt int, key []byte, ksOff int, strict int) int {
+	lo, hi := 0, cnt
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		e := p[pageHeaderSize+m*elemSize : pageHeaderSize+m*elemSize+elemSize]
+		pos := le.Uint32(e[ksOff-4:])
+		ks := le.Uint32(e[ksOff:])
+		if bytes.Compare(p[pos:pos+ks], key) < strict {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
 }

@@ -51,6 +51,7 @@ type DB struct {
 	reserved int64         // guarded by sizeMu: bytes the latest commit's pages need
 	metaBuf  [2][]byte     // guarded by writeMu: bytes last written to each meta slot
 	failed   error         // guarded by writeMu: set when the disk state is unknown
+	scratch  []byte        // guarded by writeMu: buffer for coalesced writes
 	syncTime time.Duration // guarded by writeMu: time in fdatasync during the current commit
 
 	readersMu   sync.Mutex
