@@ -22,6 +22,22 @@ var commands = map[string]command{}
 
 func register(c command) { commands[c.name] = c }
 
+// exitCode is returned by commands that print their own errors and only
+// need the process to exit with a status.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// intCommand adapts a command written as func(...) int.
+func intCommand(f func(args []string, stdout, stderr io.Writer) int) func([]string, io.Writer, io.Writer) error {
+	return func(args []string, stdout, stderr io.Writer) error {
+		if code := f(args, stdout, stderr); code != 0 {
+			return exitCode(code)
+		}
+		return nil
+	}
+}
+
 // errUsage means the arguments were wrong; the message was printed.
 var errUsage = errors.New("usage")
 
@@ -68,6 +84,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if err := c.run(rest, stdout, stderr); err != nil {
+		var ec exitCode
+		if errors.As(err, &ec) {
+			return int(ec)
+		}
 		if errors.Is(err, errUsage) || errors.Is(err, flag.ErrHelp) {
 			if errors.Is(err, flag.ErrHelp) {
 				return 0

@@ -1,0 +1,237 @@
+package pagestore
+
+import (
+	"bytes"
+	"fmt"
+)
+
+// Bucket is a named B+tree of keys, valid for the life of its transaction.
+type Bucket struct {
+	tx       *Tx
+	name     []byte
+	id       uint32 // recorded in each page's owner field
+	root     pgid   // committed root page (0 for a bucket created in this tx)
+	rootNode *node  // materialised root; non-nil once the writer changes the tree
+	nodes    map[pgid]*node
+	deleted  bool
+}
+
+// Name returns the bucket's name.
+func (b *Bucket) Name() []byte { return b.name }
+
+// Tx returns the bucket's transaction.
+func (b *Bucket) Tx() *Tx { return b.tx }
+
+// Get returns the value stored under key, or nil if there is none (an
+// empty value is a non-nil empty slice). The slice is valid only until the
+// transaction ends and must not be modified.
+func (b *Bucket) Get(key []byte) ([]byte, error) {
+	if err := b.usable(false); err != nil {
+		return nil, err
+	}
+	v, _, err := b.get(key)
+	return v, err
+}
+
+func (b *Bucket) get(key []byte) ([]byte, uint32, error) {
+	var stack [8]elemRef
+	c := Cursor{b: b, stack: stack[:0]}
+	if err := c.search(key); err != nil {
+		return nil, 0, err
+	}
+	k, v, flags := c.current()
+	if k == nil || !bytes.Equal(k, key) {
+		return nil, 0, nil
+	}
+	return v, flags, nil
+}
+
+// Put stores value under key, copying both.
+func (b *Bucket) Put(key, value []byte) error {
+	if err := b.usable(true); err != nil {
+		return err
+	}
+	switch {
+	case len(key) == 0:
+		return ErrKeyRequired
+	case len(key) > MaxKeySize:
+		return ErrKeyTooLarge
+	case int64(len(value)) > MaxValueSize:
+		return ErrValueTooLarge
+	}
+	if err := b.put(append([]byte(nil), key...), append(make([]byte, 0, len(value)), value...), 0); err != nil {
+		return err
+	}
+	b.tx.grew = true
+	return nil
+}
+
+func (b *Bucket) put(key, value []byte, flags uint32) error {
+	var stack [8]elemRef
+	c := Cursor{b: b, stack: stack[:0]}
+	if err := c.search(key); err != nil {
+		return err
+	}
+	n, err := c.node()
+	if err != nil {
+		return err
+	}
+	n.put(key, key, value, 0, flags)
+	return nil
+}
+
+// Delete removes key; deleting a missing key is not an error.
+func (b *Bucket) Delete(key []byte) error {
+	if err := b.usable(true); err != nil {
+		return err
+	}
+	if len(key) == 0 {
+		return ErrKeyRequired
+	}
+	return b.del(key)
+}
+
+func (b *Bucket) del(key []byte) error {
+	var stack [8]elemRef
+	c := Cursor{b: b, stack: stack[:0]}
+	if err := c.search(key); err != nil {
+		return err
+	}
+	if k, _, _ := c.current(); k == nil || !bytes.Equal(k, key) {
+		return nil
+	}
+	n, err := c.node()
+	if err != nil {
+		return err
+	}
+	n.del(key)
+	return nil
+}
+
+// ForEach calls fn for every key in order. The slices are valid only
+// until the transaction ends. fn must not modify the bucket.
+func (b *Bucket) ForEach(fn func(k, v []byte) error) error {
+	if err := b.usable(false); err != nil {
+		return err
+	}
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if err := fn(k, v); err != nil {
+			return err
+		}
+	}
+	return c.Err()
+}
+
+// Cursor returns a cursor over the bucket. Modifying the bucket while a
+// cursor is in use invalidates the cursor's position.
+func (b *Bucket) Cursor() *Cursor {
+	return &Cursor{b: b, stack: make([]elemRef, 0, 8)}
+}
+
+func (b *Bucket) usable(write bool) error {
+	if err := b.tx.check(write); err != nil {
+		return err
+	}
+	if b.deleted {
+		return fmt.Errorf("%w: %q was deleted", ErrBucketNotFound, b.name)
+	}
+	return nil
+}
+
+// pageNode returns the page or the in-memory node for id.
+func (b *Bucket) pageNode(id pgid) ([]byte, *node, error) {
+	if b.rootNode != nil && id == b.root {
+		return nil, b.rootNode, nil
+	}
+	if n := b.nodes[id]; n != nil {
+		return nil, n, nil
+	}
+	p, err := b.tx.page(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if f := pgFlags(p); f != flagLeaf && f != flagBranch {
+		return nil, nil, corruptf(b.tx.db.path, "page %d: expected a tree page of bucket %q, found flags %#x", id, b.name, f)
+	}
+	return p, nil, nil
+}
+
+// rootNodeFor materialises the root.
+func (b *Bucket) materializeRoot() (*node, error) {
+	if b.rootNode != nil {
+		return b.rootNode, nil
+	}
+	n, err := b.node(b.root, nil)
+	if err != nil {
+		return nil, err
+	}
+	b.rootNode = n
+	return n, nil
+}
+
+// node materialises page id as a child of parent (nil for the root).
+func (b *Bucket) node(id pgid, parent *node) (*node, error) {
+	if n := b.nodes[id]; n != nil {
+		return n, nil
+	}
+	p, existing, err := b.pageNode(id)
+	if err != nil {
+		return nil, err
+	}
+	if existing != nil {
+		return existing, nil
+	}
+	n := &node{b: b, pgid: id, parent: parent, appendOnly: true}
+	n.read(p)
+	if parent != nil {
+		parent.children = append(parent.children, n)
+	}
+	if b.nodes == nil {
+		b.nodes = map[pgid]*node{}
+	}
+	b.nodes[id] = n
+	return n, nil
+}
+
+// childNode materialises parent's idx-th child.
+func (b *Bucket) childNode(parent *node, idx int) (*node, error) {
+	in := parent.inodes[idx]
+	n, err := b.node(in.child, parent)
+	if err != nil {
+		return nil, err
+	}
+	n.key = in.key
+	return n, nil
+}
+
+func (b *Bucket) rebalance() error {
+	for _, n := range b.nodeList() {
+		if err := n.rebalance(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *Bucket) nodeList() []*node {
+	out := make([]*node, 0, len(b.nodes))
+	for _, n := range b.nodes {
+		out = append(out, n)
+	}
+	return out
+}
+
+// spill writes the bucket's changed nodes and sets b.root to the new root.
+func (b *Bucket) spill() error {
+	if b.rootNode == nil {
+		return nil
+	}
+	if err := b.rootNode.spill(); err != nil {
+		return err
+	}
+	b.rootNode = b.rootNode.root()
+	b.root = b.rootNode.pgid
+	b.nodes = nil
+	return nil
+}

@@ -1,0 +1,304 @@
+package pagestore
+
+import (
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Commit writes the transaction's changes durably (see the package doc for
+// the order of writes and syncs) and ends it. On error nothing is
+// published: the database stays at the previous commit and the
+// transaction is rolled back.
+func (tx *Tx) Commit() error {
+	if err := tx.check(true); err != nil {
+		return err
+	}
+	start := time.Now()
+	tx.db.syncTime = 0
+	published, err := tx.commit()
+	tx.syncTime = tx.db.syncTime
+	db := tx.db
+	if err != nil {
+		if !published {
+			db.st.commitFailures.Add(1)
+			tx.end(false)
+			return err
+		}
+	}
+	if published {
+		db.st.recordCommit(time.Since(start))
+	}
+	shrink := tx.shrinkTo
+	tx.end(true)
+	if shrink > 0 {
+		// Outside the write lock: ftruncate can take milliseconds.
+		db.shrinkFile(shrink)
+	}
+	return err
+}
+
+// commit returns published=true once the new meta is durable and visible;
+// an error with published=true comes from the StrictMode checker.
+func (tx *Tx) commit() (published bool, err error) {
+	db := tx.db
+	for _, b := range tx.sortedBuckets() {
+		if err := b.rebalance(); err != nil {
+			return false, err
+		}
+		if err := b.spill(); err != nil {
+			return false, err
+		}
+		if err := tx.root.put(b.name, encodeBucketHeader(b.root, b.id), elemFlagBucket); err != nil {
+			return false, err
+		}
+	}
+	if tx.root.rootNode != nil {
+		if err := tx.root.rebalance(); err != nil {
+			return false, err
+		}
+		if err := tx.root.spill(); err != nil {
+			return false, err
+		}
+		tx.meta.root = tx.root.root
+	}
+	if tx.truncateTail {
+		tx.truncateTailPages()
+	}
+	if len(tx.dirty) == 0 && len(tx.freed) == 0 && len(tx.truncated) == 0 && !tx.forceCheckpoint {
+		return false, nil // nothing changed: no new commit
+	}
+	rec, ckpt, err := tx.writeFreelistRecord()
+	if err != nil {
+		return false, err
+	}
+	fl := db.fl
+	var freedCount uint64
+	for _, e := range tx.freed {
+		freedCount += e.n
+	}
+	inUse := (int64(tx.meta.hwm) - int64(fl.free.count+fl.pendingCount+freedCount)) * int64(db.pageSize)
+	if q := db.opts.MaxInUseBytes; q > 0 && tx.grew && inUse > q {
+		return false, fmt.Errorf("%w: %s: commit would use %d bytes, quota is %d", ErrNoSpace, db.path, inUse, q)
+	}
+	if err := db.writeDirty(tx.dirty, tx.meta.hwm); err != nil {
+		return false, err
+	}
+	if err := db.sync(); err != nil {
+		return false, err
+	}
+	if err := db.writeMeta(&tx.meta); err != nil {
+		return false, err
+	}
+
+	// Durable: publish.
+	m := tx.meta
+	db.meta.Store(&m)
+	if len(tx.freed) > 0 {
+		fl.pending = append(fl.pending, pendingFree{txid: m.txid, ext: normalize(append([]extent(nil), tx.freed...))})
+		fl.pendingCount += freedCount
+	}
+	if ckpt {
+		fl.chain = []extent{rec}
+		fl.deltaExtents = 0
+	} else {
+		fl.chain = append(fl.chain, rec)
+	}
+	db.st.txid.Store(m.txid)
+	if len(tx.truncated) > 0 {
+		tx.shrinkTo = int64(m.hwm) * int64(db.pageSize)
+	}
+	db.publishSpace(m.hwm)
+	if debugCommitHook != nil {
+		debugCommitHook(tx)
+	}
+	if db.opts.StrictMode {
+		if err := db.checkLatest(); err != nil {
+			return true, err
+		}
+	}
+	return true, nil
+}
+
+// debugCommitHook, when set by a test, runs after every published commit.
+var debugCommitHook func(tx *Tx)
+
+// writeFreelistRecord appends this transaction's freelist record (a delta,
+// or a checkpoint when the chain is long) and returns its extent.
+func (tx *Tx) writeFreelistRecord() (extent, bool, error) {
+	db, fl, ps := tx.db, tx.db.fl, tx.db.pageSize
+	ckpt := tx.forceCheckpoint || len(fl.chain) >= checkpointEvery ||
+		fl.deltaExtents > max(1024, 2*fl.ckptExtents)
+	pagesFor := func(extents int) int { return (flHeaderSize + extents*extentSize + ps - 1) / ps }
+	if ckpt {
+		tx.freed = append(tx.freed, fl.chain...)
+		est := len(fl.free.ext) + 1 + len(tx.freed)
+		for _, p := range fl.pending {
+			est += len(p.ext)
+		}
+		n := pagesFor(est)
+		id, err := tx.allocate(n)
+		if err != nil {
+			return extent{}, false, err
+		}
+		content := fl.free.clone()
+		for _, p := range fl.pending {
+			for _, e := range p.ext {
+				if !content.add(e.start, e.n) {
+					return extent{}, false, corruptf(db.path, "pending pages [%d,+%d) overlap the free set", e.start, e.n)
+				}
+			}
+		}
+		for _, e := range tx.freed {
+			if !content.add(e.start, e.n) {
+				return extent{}, false, corruptf(db.path, "tx %d frees pages [%d,+%d) that are already free", tx.meta.txid, e.start, e.n)
+			}
+		}
+		if len(content.ext) > est {
+			return extent{}, false, fmt.Errorf("pagestore: internal error: checkpoint estimate %d < %d extents", est, len(content.ext))
+		}
+		buf := make([]byte, n*ps)
+		encodeFreelistRecord(buf, id, flKindCheckpt, 0, tx.meta.txid, tx.meta.hwm, tx.truncHWM, nil, content.ext, ps)
+		tx.dirty = append(tx.dirty, dirtyPage{id, buf})
+		tx.meta.flHead = id
+		fl.ckptExtents = len(content.ext)
+		return extent{id, uint64(n)}, true, nil
+	}
+	freedN := normalize(append([]extent(nil), tx.freed...))
+	est := len(normalize(append([]extent(nil), tx.allocd...))) + len(freedN) + 1
+	n := pagesFor(est)
+	id, err := tx.allocate(n)
+	if err != nil {
+		return extent{}, false, err
+	}
+	allocN := normalize(append([]extent(nil), tx.allocd...))
+	if len(allocN)+len(freedN) > est {
+		return extent{}, false, fmt.Errorf("pagestore: internal error: delta estimate %d < %d extents", est, len(allocN)+len(freedN))
+	}
+	buf := make([]byte, n*ps)
+	encodeFreelistRecord(buf, id, flKindDelta, tx.meta.flHead, tx.meta.txid, tx.meta.hwm, tx.truncHWM, allocN, freedN, ps)
+	tx.dirty = append(tx.dirty, dirtyPage{id, buf})
+	tx.meta.flHead = id
+	fl.deltaExtents += len(allocN) + len(freedN)
+	return extent{id, uint64(n)}, false, nil
+}
+
+// writeDirty writes the pages sorted by id, coalescing runs of adjacent
+// pages into one pwrite, after growing the file if hwm needs it.
+func (db *DB) writeDirty(pages []dirtyPage, hwm pgid) error {
+	ps := int64(db.pageSize)
+	need := int64(hwm) * ps
+	db.sizeMu.Lock()
+	db.reserved = need
+	if need > db.fileSize {
+		grow := min(max(need/16, 16*ps), 64<<20)
+		size := min((need+grow+ps-1)/ps*ps, db.opts.MaxMapSize)
+		if err := db.file.Truncate(size); err != nil {
+			db.sizeMu.Unlock()
+			return fmt.Errorf("pagestore: grow %s to %d bytes: %w", db.path, size, err)
+		}
+		db.fileSize = size
+		db.st.fileSize.Store(size)
+	}
+	db.sizeMu.Unlock()
+	sort.Slice(pages, func(i, j int) bool { return pages[i].id < pages[j].id })
+	const maxRun = 4 << 20
+	for i := 0; i < len(pages); {
+		// Pages [i, j) are adjacent on disk: one pwrite.
+		j, end, size := i+1, pages[i].id+pgid(int64(len(pages[i].buf))/ps), len(pages[i].buf)
+		for j < len(pages) && pages[j].id == end && size < maxRun {
+			end += pgid(int64(len(pages[j].buf)) / ps)
+			size += len(pages[j].buf)
+			j++
+		}
+		buf := pages[i].buf
+		if j-i > 1 {
+			if cap(db.scratch) < size {
+				db.scratch = make([]byte, 0, max(size, maxRun))
+			}
+			run := db.scratch[:0]
+			for _, p := range pages[i:j] {
+				run = append(run, p.buf...)
+			}
+			buf = run
+		}
+		db.forget(pages[i].id, uint64(end-pages[i].id))
+		if err := writeFull(db.file, buf, int64(pages[i].id)*ps); err != nil {
+			return fmt.Errorf("pagestore: write %s pages %d..%d: %w", db.path, pages[i].id, end-1, err)
+		}
+		db.st.pageWrites.Add(1)
+		i = j
+	}
+	return nil
+}
+
+func (db *DB) sync() error {
+	if db.opts.NoSync {
+		return nil
+	}
+	start := time.Now()
+	err := db.file.Sync()
+	db.syncTime += time.Since(start)
+	if err != nil {
+		return fmt.Errorf("pagestore: sync %s: %w", db.path, err)
+	}
+	return nil
+}
+
+// writeMeta writes m into slot txid%2 and syncs. If the write or the sync
+// fails it restores the slot's previous bytes so that the file stays at the
+// previous commit; if that fails too the DB is marked failed.
+func (db *DB) writeMeta(m *meta) error {
+	slot := pgid(m.txid % 2)
+	buf := make([]byte, db.pageSize)
+	m.encode(buf, slot)
+	off := int64(slot) * int64(db.pageSize)
+	err := writeFull(db.file, buf, off)
+	if err == nil {
+		err = db.sync()
+	}
+	if err == nil {
+		db.metaBuf[slot] = buf
+		return nil
+	}
+	err = fmt.Errorf("pagestore: write meta page %d of %s (tx %d): %w", slot, db.path, m.txid, err)
+	if len(db.metaBuf[slot]) != db.pageSize {
+		// Unknown old content: an all-zero slot is invalid, which is
+		// just as good, since the other slot holds the previous commit.
+		db.metaBuf[slot] = make([]byte, db.pageSize)
+	}
+	if rerr := writeFull(db.file, db.metaBuf[slot], off); rerr != nil {
+		db.failed = err
+		db.log.Error("pagestore: cannot restore meta page after failed commit", "path", db.path, "slot", slot, "err", rerr)
+		return err
+	}
+	if rerr := db.sync(); rerr != nil {
+		db.failed = err
+		db.log.Error("pagestore: cannot sync restored meta page after failed commit", "path", db.path, "slot", slot, "err", rerr)
+	}
+	return err
+}
+
+// shrinkFile truncates the file after a commit lowered hwm. Failure only
+// wastes space, so it is logged.
+//
+// It runs after the write lock is released, so a writer may have started
+// using pages above size meanwhile; every writer records the size its
+// pages need in reserved (under sizeMu) before writing, and the file is
+// never cut below that.
+func (db *DB) shrinkFile(size int64) {
+	db.sizeMu.Lock()
+	defer db.sizeMu.Unlock()
+	size = max(size, db.reserved)
+	if db.file == nil || size >= db.fileSize {
+		return
+	}
+	if err := db.file.Truncate(size); err != nil {
+		db.log.Warn("pagestore: truncate failed", "path", db.path, "size", size, "err", err)
+		return
+	}
+	db.fileSize = size
+	db.st.fileSize.Store(size)
+	// No sync: if the shorter size is lost in a crash the file is just
+	// longer than hwm again, which Open accepts.
+}

@@ -1,0 +1,311 @@
+package pagestore
+
+import (
+	"bytes"
+	"sort"
+)
+
+// Cursor walks a bucket's keys in order. Keys and values it returns are
+// valid only until the transaction ends. A cursor method that hits a
+// corrupt page returns nil and records the error, reported by Err.
+type Cursor struct {
+	b     *Bucket
+	stack []elemRef // path from the root to the current leaf element
+	err   error
+}
+
+// elemRef is one level of the cursor's path: a page or an in-memory node,
+// and the element index in it.
+type elemRef struct {
+	p   []byte
+	n   *node
+	idx int
+}
+
+func (r *elemRef) count() int {
+	if r.n != nil {
+		return len(r.n.inodes)
+	}
+	return pgCount(r.p)
+}
+
+func (r *elemRef) isLeaf() bool {
+	if r.n != nil {
+		return r.n.leaf
+	}
+	return pgFlags(r.p) == flagLeaf
+}
+
+func (r *elemRef) child() pgid {
+	if r.n != nil {
+		return r.n.inodes[r.idx].child
+	}
+	_, c := branchElem(r.p, r.idx)
+	return c
+}
+
+// Err returns the first error the cursor met, if any.
+func (c *Cursor) Err() error { return c.err }
+
+// Bucket returns the cursor's bucket.
+func (c *Cursor) Bucket() *Bucket { return c.b }
+
+func (c *Cursor) fail(err error) ([]byte, []byte) {
+	if c.err == nil {
+		c.err = err
+	}
+	c.stack = c.stack[:0]
+	return nil, nil
+}
+
+func (c *Cursor) start() error {
+	if err := c.b.usable(false); err != nil {
+		return err
+	}
+	c.stack = c.stack[:0]
+	if c.b.root == 0 && c.b.rootNode == nil {
+		return nil
+	}
+	return c.push(c.b.root)
+}
+
+func (c *Cursor) push(id pgid) error {
+	p, n, err := c.b.pageNode(id)
+	if err != nil {
+		return err
+	}
+	if len(c.stack) >= 64 {
+		return corruptf(c.b.tx.db.path, "page %d: tree deeper than 64 levels in bucket %q", id, c.b.name)
+	}
+	c.stack = append(c.stack, elemRef{p: p, n: n})
+	return nil
+}
+
+// First moves to the first key and returns it, or nil if the bucket is
+// empty.
+func (c *Cursor) First() (key, value []byte) {
+	if err := c.start(); err != nil {
+		return c.fail(err)
+	}
+	if len(c.stack) == 0 {
+		return nil, nil
+	}
+	if err := c.descend(false); err != nil {
+		return c.fail(err)
+	}
+	if c.top().count() == 0 {
+		return c.Next()
+	}
+	k, v, _ := c.current()
+	return k, v
+}
+
+// Last moves to the last key and returns it.
+func (c *Cursor) Last() (key, value []byte) {
+	if err := c.start(); err != nil {
+		return c.fail(err)
+	}
+	if len(c.stack) == 0 {
+		return nil, nil
+	}
+	c.stack[0].idx = c.stack[0].count() - 1
+	if err := c.descend(true); err != nil {
+		return c.fail(err)
+	}
+	if c.top().count() == 0 {
+		return c.Prev()
+	}
+	k, v, _ := c.current()
+	return k, v
+}
+
+// Seek moves to the first key >= seek and returns it, or nil if there is
+// none.
+func (c *Cursor) Seek(seek []byte) (key, value []byte) {
+	if err := c.search(seek); err != nil {
+		return c.fail(err)
+	}
+	if len(c.stack) == 0 {
+		return nil, nil
+	}
+	if r := c.top(); r.idx >= r.count() {
+		return c.Next()
+	}
+	k, v, _ := c.current()
+	return k, v
+}
+
+// Next moves to the next key and returns it, or nil at the end.
+func (c *Cursor) Next() (key, value []byte) {
+	if c.err != nil || len(c.stack) == 0 {
+		return nil, nil
+	}
+	for {
+		i := len(c.stack) - 1
+		for ; i >= 0; i-- {
+			r := &c.stack[i]
+			if r.idx < r.count()-1 {
+				r.idx++
+				break
+			}
+		}
+		if i < 0 {
+			// Park past the last element so current() returns nil.
+			top := c.top()
+			top.idx = top.count()
+			return nil, nil
+		}
+		c.stack = c.stack[:i+1]
+		if err := c.descend(false); err != nil {
+			return c.fail(err)
+		}
+		if c.top().count() > 0 {
+			k, v, _ := c.current()
+			return k, v
+		}
+	}
+}
+
+// Prev moves to the previous key and returns it, or nil at the start.
+func (c *Cursor) Prev() (key, value []byte) {
+	if c.err != nil || len(c.stack) == 0 {
+		return nil, nil
+	}
+	for {
+		i := len(c.stack) - 1
+		for ; i >= 0; i-- {
+			r := &c.stack[i]
+			if r.idx > 0 {
+				r.idx--
+				break
+			}
+		}
+		if i < 0 {
+			c.top().idx = -1
+			return nil, nil
+		}
+		c.stack = c.stack[:i+1]
+		if i == len(c.stack)-1 && c.top().isLeaf() {
+			k, v, _ := c.current()
+			return k, v
+		}
+		if err := c.descend(true); err != nil {
+			return c.fail(err)
+		}
+		if c.top().count() > 0 {
+			k, v, _ := c.current()
+			return k, v
+		}
+	}
+}
+
+func (c *Cursor) top() *elemRef { return &c.stack[len(c.stack)-1] }
+
+// descend follows the current element down to a leaf, positioning at the
+// first (or, if last, the last) element of each page on the way.
+func (c *Cursor) descend(last bool) error {
+	for !c.top().isLeaf() {
+		if err := c.push(c.top().child()); err != nil {
+			return err
+		}
+		if last {
+			c.top().idx = c.top().count() - 1
+		}
+	}
+	return nil
+}
+
+// search positions the cursor at the leaf where key belongs, at the first
+// element >= key (possibly one past the end of that leaf).
+func (c *Cursor) search(key []byte) error {
+	if err := c.start(); err != nil {
+		return err
+	}
+	if len(c.stack) == 0 {
+		return nil
+	}
+	for {
+		r := c.top()
+		cnt := r.count()
+		if r.isLeaf() {
+			if r.n != nil {
+				r.idx = sort.Search(cnt, func(i int) bool { return bytes.Compare(r.n.inodes[i].key, key) >= 0 })
+			} else {
+				r.idx = searchPage(r.p, cnt, key, 8, 0)
+			}
+			return nil
+		}
+		// Branch: the last element whose key <= key (element 0 if none).
+		var idx int
+		if r.n != nil {
+			idx = sort.Search(cnt, func(i int) bool { return bytes.Compare(r.n.inodes[i].key, key) > 0 })
+		} else {
+			idx = searchPage(r.p, cnt, key, 4, 1)
+		}
+		if idx > 0 {
+			idx--
+		}
+		if cnt == 0 {
+			return corruptf(c.b.tx.db.path, "empty branch page in bucket %q", c.b.name)
+		}
+		r.idx = idx
+		if err := c.push(r.child()); err != nil {
+			return err
+		}
+	}
+}
+
+// current returns the element under the cursor, or nil keys if the cursor
+// is not on one.
+func (c *Cursor) current() (key, value []byte, flags uint32) {
+	if len(c.stack) == 0 {
+		return nil, nil, 0
+	}
+	r := c.top()
+	if r.idx < 0 || r.idx >= r.count() {
+		return nil, nil, 0
+	}
+	if r.n != nil {
+		in := &r.n.inodes[r.idx]
+		return in.key, in.value, in.flags
+	}
+	f, k, v := leafElem(r.p, r.idx)
+	return k, v, f
+}
+
+// node materialises the path to the current leaf and returns the leaf.
+func (c *Cursor) node() (*node, error) {
+	if r := c.top(); r.n != nil && r.isLeaf() {
+		return r.n, nil
+	}
+	n, err := c.b.materializeRoot()
+	if err != nil {
+		return nil, err
+	}
+	for i := 0; i < len(c.stack)-1; i++ {
+		if n, err = c.b.childNode(n, c.stack[i].idx); err != nil {
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+// searchPage returns the first element of page p whose key is >= key
+// (strict 0) or > key (strict 1). ksOff is the offset of the key size in
+// the element (8 for leaves, 4 for branches); the key position is the
+// u32 just before it.
+func searchPage(p []byte, cnt int, key []byte, ksOff int, strict int) int {
+	lo, hi := 0, cnt
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		e := p[pageHeaderSize+m*elemSize : pageHeaderSize+m*elemSize+elemSize]
+		pos := le.Uint32(e[ksOff-4:])
+		ks := le.Uint32(e[ksOff:])
+		if bytes.Compare(p[pos:pos+ks], key) < strict {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}

@@ -1,0 +1,434 @@
+package pagestore
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/strata-db/strata/vfs"
+)
+
+// DB is an open page-store file.
+//
+// Lock protocol:
+//   - writeMu is held by the single write transaction from Begin(true) to
+//     Commit/Rollback, and by Close. It guards fl, fileSize, metaBuf and
+//     failed. It is held across I/O, so readers never take it.
+//   - readersMu guards readers and is held only to update that map and to
+//     read the published meta; never across I/O. Both readers (Begin,
+//     Rollback) and the writer (computing the oldest reader) take it.
+//   - meta is published with an atomic store after the commit's meta page
+//     is durable; readers load it under readersMu so that registering a
+//     reader and choosing its snapshot are one step.
+type DB struct {
+	path     string
+	opts     Options
+	fs       vfs.FS
+	file     vfs.File
+	lock     io.Closer
+	log      *slog.Logger
+	pageSize int
+	data     []byte // read-only mapping of MaxMapSize bytes
+
+	meta atomic.Pointer[meta] // latest durable commit
+
+	writeMu sync.Mutex
+	fl      *freelist // guarded by writeMu
+	// sizeMu guards fileSize and reserved and is held around every
+	// ftruncate: the writer takes it (under writeMu) to grow the file, and
+	// a finished defrag step takes it after releasing writeMu to shrink it.
+	sizeMu   sync.Mutex
+	fileSize int64         // guarded by sizeMu
+	reserved int64         // guarded by sizeMu: bytes the latest commit's pages need
+	metaBuf  [2][]byte     // guarded by writeMu: bytes last written to each meta slot
+	failed   error         // guarded by writeMu: set when the disk state is unknown
+	scratch  []byte        // guarded by writeMu: buffer for coalesced writes
+	syncTime time.Duration // guarded by writeMu: time in fdatasync during the current commit
+
+	readersMu   sync.Mutex
+	readersDone *sync.Cond      // signalled when readers empties
+	readers     map[uint64]int  // guarded by readersMu: open read txs per snapshot txid
+	closing     bool            // guarded by readersMu
+	verified    []atomic.Uint64 // bit per page: checksum and structure verified
+	closed      atomic.Bool
+	st          statCounters
+	defragState defragCounters
+}
+
+// Open opens or creates the database file at path.
+func Open(path string, opts *Options) (*DB, error) {
+	o := opts.withDefaults()
+	db := &DB{path: path, opts: o, fs: o.FS, log: o.Logger, readers: map[uint64]int{}}
+	db.readersDone = sync.NewCond(&db.readersMu)
+	lk, err := o.FS.Lock(path)
+	if err != nil {
+		if errors.Is(err, vfs.ErrLocked) {
+			return nil, fmt.Errorf("%w: %s", ErrDatabaseLocked, path)
+		}
+		return nil, fmt.Errorf("pagestore: lock %s: %w", path, err)
+	}
+	db.lock = lk
+	if err := db.open(); err != nil {
+		db.closeFiles()
+		return nil, err
+	}
+	return db, nil
+}
+
+func (db *DB) open() error {
+	f, err := db.fs.OpenFile(db.path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("pagestore: open %s: %w", db.path, err)
+	}
+	db.file = f
+	size, err := f.Size()
+	if err != nil {
+		return fmt.Errorf("pagestore: stat %s: %w", db.path, err)
+	}
+	m, err := db.readMetas(size)
+	if err != nil {
+		if size >= int64(4*minPageSize) && size >= int64(4*osPageSize) {
+			return err
+		}
+		// Too short to have finished creation: an interrupted create.
+		if size > 0 {
+			db.log.Warn("pagestore: reinitialising interrupted create", "path", db.path, "size", size, "err", err)
+		}
+		if m, err = db.initFile(); err != nil {
+			return err
+		}
+		size = int64(m.hwm) * int64(m.pageSize)
+	}
+	db.pageSize = int(m.pageSize)
+	if int64(m.hwm)*int64(db.pageSize) > size {
+		return corruptf(db.path, "file is %d bytes but the meta of tx %d needs %d pages of %d bytes", size, m.txid, m.hwm, db.pageSize)
+	}
+	if size > db.opts.MaxMapSize {
+		return fmt.Errorf("%w: %s is %d bytes, MaxMapSize is %d", ErrMapFull, db.path, size, db.opts.MaxMapSize)
+	}
+	if db.opts.InitialMmapSize > size {
+		if err := f.Truncate(db.opts.InitialMmapSize); err != nil {
+			return fmt.Errorf("pagestore: grow %s: %w", db.path, err)
+		}
+		size = db.opts.InitialMmapSize
+	}
+	db.fileSize = size
+	data, err := unix.Mmap(int(f.Fd()), 0, int(db.opts.MaxMapSize), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("pagestore: mmap %s (%d bytes): %w", db.path, db.opts.MaxMapSize, err)
+	}
+	db.data = data
+	_ = unix.Madvise(data, unix.MADV_RANDOM)
+	db.verified = make([]atomic.Uint64, (db.opts.MaxMapSize/int64(db.pageSize)+63)/64)
+	fl, err := loadFreelist(db.path, m, db.pageSize, func(id pgid) ([]byte, error) { return db.page(id, m.hwm) })
+	if err != nil {
+		return err
+	}
+	db.fl = fl
+	db.meta.Store(m)
+	db.st.txid.Store(m.txid)
+	db.publishSpace(m.hwm)
+	return nil
+}
+
+// readMetas returns the newest valid meta. It also remembers both slots'
+// raw bytes so a failed meta sync can restore the slot it overwrote.
+func (db *DB) readMetas(size int64) (*meta, error) {
+	if size == 0 {
+		return nil, errors.New("empty file")
+	}
+	buf := make([]byte, 2*maxPageSize)
+	n, err := db.file.ReadAt(buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("pagestore: read meta pages of %s: %w", db.path, err)
+	}
+	buf = buf[:n]
+	m0, err0 := decodeMeta(buf, 0)
+	var m1 *meta
+	var err1 error
+	sizes := []int{osPageSize, 4096, 1024, 2048, 8192, 16384, 32768, 65536}
+	if m0 != nil {
+		sizes = []int{int(m0.pageSize)}
+	}
+	for _, ps := range sizes {
+		if ps >= len(buf) {
+			continue
+		}
+		if m1, err1 = decodeMeta(buf[ps:], 1); m1 != nil && int(m1.pageSize) == ps {
+			break
+		}
+		m1 = nil
+		if err1 == nil {
+			err1 = errors.New("page size disagrees with slot position")
+		}
+	}
+	var m *meta
+	switch {
+	case m0 == nil && m1 == nil:
+		return nil, corruptf(db.path, "no valid meta page (page 0: %v; page 1: %v)", err0, err1)
+	case m0 == nil:
+		db.log.Warn("pagestore: meta page 0 invalid, using page 1", "path", db.path, "err", err0)
+		m = m1
+	case m1 == nil:
+		db.log.Warn("pagestore: meta page 1 invalid, using page 0", "path", db.path, "err", err1)
+		m = m0
+	case m1.txid > m0.txid:
+		m = m1
+	default:
+		m = m0
+	}
+	ps := int(m.pageSize)
+	for slot := 0; slot < 2; slot++ {
+		b := make([]byte, ps)
+		if (slot+1)*ps <= len(buf) {
+			copy(b, buf[slot*ps:])
+		}
+		db.metaBuf[slot] = b
+	}
+	return m, nil
+}
+
+// initFile writes an empty database: both metas, an empty directory root
+// and an empty freelist checkpoint, then syncs the file and its directory.
+func (db *DB) initFile() (*meta, error) {
+	ps := osPageSize
+	buf := make([]byte, 4*ps)
+	putHeader(buf[2*ps:], 2, flagLeaf, 0, 0, rootBucketOwner)
+	sealPage(buf[2*ps : 3*ps])
+	encodeFreelistRecord(buf[3*ps:], 3, flKindCheckpt, 0, 1, 4, 0, nil, nil, ps)
+	m := &meta{pageSize: uint32(ps), root: 2, flHead: 3, hwm: 4, nextBucketID: 1}
+	m.encode(buf[0:ps], 0)
+	m.txid = 1
+	m.encode(buf[ps:2*ps], 1)
+	if err := db.file.Truncate(0); err != nil {
+		return nil, fmt.Errorf("pagestore: create %s: %w", db.path, err)
+	}
+	if err := writeFull(db.file, buf, 0); err != nil {
+		return nil, fmt.Errorf("pagestore: create %s: %w", db.path, err)
+	}
+	if err := db.file.Sync(); err != nil {
+		return nil, fmt.Errorf("pagestore: create %s: %w", db.path, err)
+	}
+	if err := db.fs.SyncDir(filepath.Dir(db.path)); err != nil {
+		return nil, fmt.Errorf("pagestore: create %s: %w", db.path, err)
+	}
+	db.metaBuf[0] = append([]byte(nil), buf[:ps]...)
+	db.metaBuf[1] = append([]byte(nil), buf[ps:2*ps]...)
+	return m, nil
+}
+
+// writeFull writes all of b at off, treating a silent short write as an
+// error.
+func writeFull(f vfs.File, b []byte, off int64) error {
+	n, err := f.WriteAt(b, off)
+	if err != nil {
+		return err
+	}
+	if n != len(b) {
+		return fmt.Errorf("short write at offset %d: %d of %d bytes: %w", off, n, len(b), io.ErrShortWrite)
+	}
+	return nil
+}
+
+// page returns the run starting at page id, verifying its checksum and
+// structure the first time. hwm is the caller's snapshot high-water mark.
+func (db *DB) page(id pgid, hwm pgid) ([]byte, error) {
+	if id < numMetaPages || id >= hwm {
+		return nil, corruptf(db.path, "reference to page %d outside [2,%d)", id, hwm)
+	}
+	ps := int64(db.pageSize)
+	off := int64(id) * ps
+	if db.verified[id/64].Load()&(1<<(id%64)) != 0 {
+		return db.data[off : off+(1+int64(pgOverflow(db.data[off:])))*ps], nil
+	}
+	return db.verifyPage(id, hwm, true)
+}
+
+// verifyPage checks the run at id and, if remember, marks it verified.
+func (db *DB) verifyPage(id pgid, hwm pgid, remember bool) ([]byte, error) {
+	ps := int64(db.pageSize)
+	off := int64(id) * ps
+	hdr := db.data[off : off+ps]
+	ovf := int64(pgOverflow(hdr))
+	if int64(id)+1+ovf > int64(hwm) {
+		return nil, corruptf(db.path, "page %d (offset %d): overflow %d runs past hwm %d", id, off, ovf, hwm)
+	}
+	p := db.data[off : off+(1+ovf)*ps]
+	if got, want := xxhash.Sum64(p[offID:]), pgChecksum(p); got != want {
+		return nil, corruptf(db.path, "page %d (offset %d): checksum mismatch (stored %#x, computed %#x)", id, off, want, got)
+	}
+	if pgID(p) != id {
+		return nil, corruptf(db.path, "page %d (offset %d): header names page %d", id, off, pgID(p))
+	}
+	if err := validatePage(p, hwm); err != nil {
+		return nil, corruptf(db.path, "page %d (offset %d): %v", id, off, err)
+	}
+	if remember {
+		db.verified[id/64].Or(1 << (id % 64))
+	}
+	return p, nil
+}
+
+// forget clears the verified bits of pages about to be rewritten.
+func (db *DB) forget(id pgid, n uint64) {
+	for i := uint64(0); i < n; i++ {
+		p := id + pgid(i)
+		db.verified[p/64].And(^(uint64(1) << (p % 64)))
+	}
+}
+
+// Path returns the file's path.
+func (db *DB) Path() string { return db.path }
+
+// PageSize returns the page size recorded in the file.
+func (db *DB) PageSize() int { return db.pageSize }
+
+// Sync fdatasyncs the file; only useful with Options.NoSync.
+func (db *DB) Sync() error {
+	if err := db.file.Sync(); err != nil {
+		return fmt.Errorf("pagestore: sync %s: %w", db.path, err)
+	}
+	return nil
+}
+
+// Close waits for the write transaction and every read transaction to
+// finish, then unmaps and closes the file and releases its lock.
+func (db *DB) Close() error {
+	if db.closed.Swap(true) {
+		return nil
+	}
+	db.writeMu.Lock()
+	defer db.writeMu.Unlock()
+	db.readersMu.Lock()
+	db.closing = true
+	for len(db.readers) > 0 {
+		db.readersDone.Wait()
+	}
+	db.readersMu.Unlock()
+	return db.closeFiles()
+}
+
+func (db *DB) closeFiles() error {
+	var err error
+	if db.data != nil {
+		err = unix.Munmap(db.data)
+		db.data = nil
+	}
+	db.sizeMu.Lock()
+	if db.file != nil {
+		if cerr := db.file.Close(); err == nil {
+			err = cerr
+		}
+		db.file = nil
+	}
+	db.sizeMu.Unlock()
+	if db.lock != nil {
+		if cerr := db.lock.Close(); err == nil {
+			err = cerr
+		}
+		db.lock = nil
+	}
+	return err
+}
+
+// Update runs fn in a write transaction, committing if fn returns nil and
+// rolling back otherwise.
+func (db *DB) Update(fn func(*Tx) error) error {
+	tx, err := db.Begin(true)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// View runs fn in a read transaction.
+func (db *DB) View(fn func(*Tx) error) error {
+	tx, err := db.Begin(false)
+	if err != nil {
+		return err
+	}
+	err = fn(tx)
+	if rerr := tx.Rollback(); err == nil && !errors.Is(rerr, ErrTxClosed) {
+		err = rerr
+	}
+	return err
+}
+
+// Begin starts a transaction. There is at most one write transaction at a
+// time: Begin(true) waits for the previous one to end. Read transactions
+// never wait. Every transaction must end with Commit or Rollback.
+func (db *DB) Begin(writable bool) (*Tx, error) {
+	if db.closed.Load() {
+		return nil, ErrDatabaseClosed
+	}
+	if !writable {
+		db.readersMu.Lock()
+		if db.closing {
+			db.readersMu.Unlock()
+			return nil, ErrDatabaseClosed
+		}
+		m := db.meta.Load()
+		db.readers[m.txid]++
+		db.readersMu.Unlock()
+		db.st.readTxs.Add(1)
+		return newTx(db, *m, false), nil
+	}
+	start := time.Now()
+	db.writeMu.Lock()
+	if db.closed.Load() {
+		db.writeMu.Unlock()
+		return nil, ErrDatabaseClosed
+	}
+	if db.failed != nil {
+		err := db.failed
+		db.writeMu.Unlock()
+		return nil, fmt.Errorf("%w: %v", ErrFailed, err)
+	}
+	m := *db.meta.Load()
+	if err := db.fl.release(db.oldestReader(m.txid)); err != nil {
+		db.writeMu.Unlock()
+		return nil, err
+	}
+	m.txid++
+	tx := newTx(db, m, true)
+	tx.lockWait = time.Since(start)
+	return tx, nil
+}
+
+// oldestReader returns the smallest snapshot txid of any open reader, or
+// latest when there is none.
+func (db *DB) oldestReader(latest uint64) uint64 {
+	db.readersMu.Lock()
+	defer db.readersMu.Unlock()
+	min := latest
+	for id := range db.readers {
+		if id < min {
+			min = id
+		}
+	}
+	return min
+}
+
+func (db *DB) endRead(txid uint64) {
+	db.readersMu.Lock()
+	if db.readers[txid]--; db.readers[txid] <= 0 {
+		delete(db.readers, txid)
+	}
+	if len(db.readers) == 0 && db.closing {
+		db.readersDone.Broadcast()
+	}
+	db.readersMu.Unlock()
+}

@@ -1,0 +1,313 @@
+package pagestore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sort"
+	"time"
+)
+
+// Online defrag moves live pages from the tail of the file into free pages
+// nearer the start, in small write transactions, and truncates the file
+// once its tail is free. Moving a page is just copy-on-write: the step
+// materialises the page (and its ancestors) in a write transaction, and the
+// commit rewrites them into the lowest free pages, freeing the old ones.
+// Finding which pages live in the tail is done in a read transaction,
+// without the write lock, by walking the branch pages of every tree (leaf
+// pages are known from their parents, so they are never read).
+//
+// Each step holds the write lock for one small commit; readers are never
+// blocked, and the application's writer waits at most one step.
+
+// DefragStepResult describes one DefragStep.
+type DefragStepResult struct {
+	Moved     int           // pages rewritten to lower positions
+	Truncated int64         // bytes cut from the end of the file
+	FileSize  int64         // file size after the step
+	InUse     int64         // bytes in use after the step
+	LockHold  time.Duration // how long the step held the write lock
+	SyncTime  time.Duration // of which waiting for fdatasync
+	// Done is true when the file is as compact as defrag can make it:
+	// no live page above the target and the free tail truncated.
+	Done bool
+}
+
+// DefragProgress is passed to Defrag's progress callback after each step.
+type DefragProgress struct {
+	Steps      int
+	MovedPages int
+	FileSize   int64
+	InUseBytes int64
+	LockHold   time.Duration // write-lock hold time of the last step
+	SyncTime   time.Duration // of which waiting for fdatasync
+	Done       bool
+}
+
+var debugDefragCheck func(db *DB, moved int, chain bool)
+
+type defragMove struct {
+	dir    bool // a page of the bucket directory
+	bucket []byte
+	key    []byte // first key of the page's subtree; nil for a root
+	id     pgid
+}
+
+// defragTarget is the page count the file should shrink to: the pages in
+// use plus a little slack for the application's writer.
+func (db *DB) defragTarget(hwm pgid) pgid {
+	inUse := pgid(db.st.inUseBytes.Load() / int64(db.pageSize))
+	t := inUse + inUse/50 + 16
+	return min(t, hwm)
+}
+
+// DefragStep moves up to maxPages live pages from the tail of the file
+// into free pages below it, and truncates the free tail, in one write
+// transaction. It is safe to call while other transactions run; see Defrag.
+func (db *DB) DefragStep(maxPages int) (DefragStepResult, error) {
+	if maxPages <= 0 {
+		maxPages = 256
+	}
+	// Plan without the write lock.
+	var moves []defragMove
+	var chain bool
+	var target pgid
+	err := db.View(func(tx *Tx) error {
+		target = db.defragTarget(tx.meta.hwm)
+		var err error
+		moves, chain, err = tx.defragCandidates(target, maxPages)
+		return err
+	})
+	if err != nil {
+		return DefragStepResult{}, err
+	}
+	tx, err := db.Begin(true)
+	if err != nil {
+		return DefragStepResult{}, err
+	}
+	start := time.Now()
+	moved, err := tx.relocate(moves)
+	if err != nil {
+		tx.Rollback()
+		return DefragStepResult{}, err
+	}
+	tx.forceCheckpoint = chain
+	tx.truncateTail = true
+	oldSize := db.Stats().FileSize
+	if err := tx.Commit(); err != nil {
+		return DefragStepResult{}, err
+	}
+	hold := time.Since(start)
+	if debugDefragCheck != nil {
+		debugDefragCheck(db, moved, chain)
+	}
+	db.defragState.steps.Add(1)
+	db.defragState.moved.Add(uint64(moved))
+	for {
+		old := db.defragState.maxLockHold.Load()
+		if int64(hold) <= old || db.defragState.maxLockHold.CompareAndSwap(old, int64(hold)) {
+			break
+		}
+	}
+	m := db.meta.Load()
+	st := db.Stats()
+	res := DefragStepResult{
+		Moved:    moved,
+		FileSize: st.FileSize,
+		InUse:    st.InUseBytes,
+		LockHold: hold,
+		SyncTime: tx.syncTime,
+	}
+	if oldSize > st.FileSize {
+		res.Truncated = oldSize - st.FileSize
+	}
+	res.Done = len(moves) == 0 && !chain && m.hwm <= max(target, db.defragTarget(m.hwm))
+	return res, nil
+}
+
+// Defrag runs DefragSteps until the file is compact or ctx is done,
+// calling progress (if non-nil) after each step. Between steps it yields
+// so the application's writer gets the lock; the batch size adapts so a
+// step holds the write lock for about 5 ms.
+func (db *DB) Defrag(ctx context.Context, progress func(DefragProgress)) error {
+	batch := 128
+	var p DefragProgress
+	idle := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		r, err := db.DefragStep(batch)
+		if err != nil {
+			return err
+		}
+		p.Steps++
+		p.MovedPages += r.Moved
+		p.FileSize, p.InUseBytes, p.Done, p.LockHold, p.SyncTime = r.FileSize, r.InUse, r.Done, r.LockHold, r.SyncTime
+		if progress != nil {
+			progress(p)
+		}
+		if r.Done {
+			return nil
+		}
+		switch {
+		case r.LockHold-r.SyncTime > 5*time.Millisecond && batch > 8:
+			batch /= 2
+		case r.Moved >= batch/2 && r.LockHold-r.SyncTime < 2*time.Millisecond && batch < 512:
+			batch *= 2
+		}
+		if r.Moved == 0 && r.Truncated == 0 {
+			// Waiting for readers to release freed tail pages.
+			if idle++; idle > 5000 {
+				return errors.New("pagestore: defrag made no progress (a long-running reader holds freed pages?)")
+			}
+			time.Sleep(time.Millisecond)
+		} else {
+			idle = 0
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+}
+
+// defragCandidates lists pages at or above target that belong to a tree,
+// highest first, at most limit; chain reports whether a freelist log
+// record lies there.
+func (tx *Tx) defragCandidates(target pgid, limit int) ([]defragMove, bool, error) {
+	var moves []defragMove
+	chain := false
+	for id, n := tx.meta.flHead, 0; id != 0 && n < 2*checkpointEvery; n++ {
+		p, err := tx.page(id)
+		if err != nil {
+			return nil, false, err
+		}
+		if id+pgid(pgOverflow(p)) >= target {
+			chain = true
+		}
+		id = pgid(le.Uint64(p[flOffPrev:]))
+	}
+	walk := func(b *Bucket, dir bool) error {
+		add := func(key []byte, id pgid) {
+			moves = append(moves, defragMove{dir: dir, bucket: b.name, key: append([]byte(nil), key...), id: id})
+		}
+		if b.root >= target {
+			moves = append(moves, defragMove{dir: dir, bucket: b.name, id: b.root})
+		}
+		return tx.walkBranches(b.root, target, add)
+	}
+	if err := walk(tx.root, true); err != nil {
+		return nil, false, err
+	}
+	err := tx.ForEach(func(name []byte, b *Bucket) error { return walk(b, false) })
+	if err != nil {
+		return nil, false, err
+	}
+	sort.Slice(moves, func(i, j int) bool { return moves[i].id > moves[j].id })
+	if len(moves) > limit {
+		moves = moves[:limit]
+	}
+	return moves, chain, nil
+}
+
+// walkBranches calls add for every child at or above target in the
+// subtree at id, reading branch pages only.
+func (tx *Tx) walkBranches(id, target pgid, add func(key []byte, id pgid)) error {
+	p, err := tx.page(id)
+	if err != nil {
+		return err
+	}
+	if pgFlags(p) != flagBranch {
+		return nil
+	}
+	n := pgCount(p)
+	_, first := branchElem(p, 0)
+	fp, err := tx.page(first)
+	if err != nil {
+		return err
+	}
+	childrenAreBranches := pgFlags(fp) == flagBranch
+	for i := 0; i < n; i++ {
+		k, c := branchElem(p, i)
+		if c >= target {
+			add(k, c)
+		}
+		if childrenAreBranches {
+			if err := tx.walkBranches(c, target, add); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// relocate materialises each planned page (if it is still where the plan
+// found it) so the commit rewrites it lower down.
+func (tx *Tx) relocate(moves []defragMove) (int, error) {
+	moved := 0
+	for _, mv := range moves {
+		b := tx.root
+		if !mv.dir {
+			var err error
+			if b, err = tx.Bucket(mv.bucket); err != nil {
+				if errors.Is(err, ErrBucketNotFound) {
+					continue
+				}
+				return moved, err
+			}
+		}
+		if mv.key == nil {
+			if b.root == mv.id && b.rootNode == nil {
+				if _, err := b.materializeRoot(); err != nil {
+					return moved, err
+				}
+				moved++
+			}
+			continue
+		}
+		c := Cursor{b: b}
+		if err := c.search(mv.key); err != nil {
+			return moved, err
+		}
+		level := -1
+		for i := range c.stack {
+			r := &c.stack[i]
+			if r.n == nil && pgID(r.p) == mv.id {
+				level = i
+				break
+			}
+		}
+		if level < 0 {
+			continue // already moved, or rewritten by the writer
+		}
+		n, err := b.materializeRoot()
+		if err != nil {
+			return moved, err
+		}
+		for i := 0; i < level; i++ {
+			if n, err = b.childNode(n, c.stack[i].idx); err != nil {
+				return moved, err
+			}
+		}
+		if !bytes.Equal(n.key, mv.key) && level > 0 {
+			continue
+		}
+		moved++
+	}
+	return moved, nil
+}
+
+// truncateTailPages drops the free extent that ends at the high-water mark,
+// if any, so the commit lowers hwm and the file is truncated after it.
+func (tx *Tx) truncateTailPages() {
+	fl := tx.db.fl
+	if len(fl.free.ext) == 0 {
+		return
+	}
+	last := fl.free.ext[len(fl.free.ext)-1]
+	if last.end() != tx.meta.hwm || last.start < numMetaPages+2 {
+		return
+	}
+	fl.free.remove(last.start, last.n)
+	tx.truncated = append(tx.truncated, last)
+	tx.meta.hwm = last.start
+	tx.truncHWM = last.start
+}

@@ -1,0 +1,63 @@
+package pagestore
+
+import (
+	"testing"
+)
+
+// TestDefragStepsStrict runs defrag steps of several sizes single-threaded
+// with the checker after every commit.
+func TestDefragStepsStrict(t *testing.T) {
+	for _, batch := range []int{1, 16, 2048} {
+		path := tmpDB(t)
+		db := openT(t, path, &Options{NoSync: true})
+		const total = 20000
+		for lo := uint64(0); lo < total; lo += 2000 {
+			err := db.Update(func(tx *Tx) error {
+				b, err := tx.CreateBucketIfNotExists([]byte("key"))
+				if err != nil {
+					return err
+				}
+				for i := lo; i < lo+2000; i++ {
+					if err := b.Put(revKey(i), defragValue(i, 500)); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		err := db.Update(func(tx *Tx) error {
+			b, _ := tx.Bucket([]byte("key"))
+			for i := uint64(0); i < total*3/4; i++ {
+				if err := b.Delete(revKey(i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := dump(t, db)
+		for step := 0; ; step++ {
+			r, err := db.DefragStep(batch)
+			if err != nil {
+				t.Fatalf("batch %d step %d: %v", batch, step, err)
+			}
+			if r.Done {
+				break
+			}
+			if step > 100000 {
+				t.Fatal("no end")
+			}
+		}
+		sameContents(t, dump(t, db), want)
+		st := db.Stats()
+		if float64(st.FileSize) > 1.2*float64(st.InUseBytes) {
+			t.Errorf("batch %d: file %d, in use %d", batch, st.FileSize, st.InUseBytes)
+		}
+		db.Close()
+	}
+}

@@ -1,0 +1,75 @@
+package pagestore
+
+import (
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/strata-db/strata/vfs"
+)
+
+// Options configures Open. The zero value (or nil) is a durable database
+// with no quota, mapped with DefaultMaxMapSize.
+type Options struct {
+	// FS is the file system all I/O goes through. Default vfs.Default.
+	// Tests pass a vfs.FaultFS to inject errors and crashes.
+	FS vfs.FS
+
+	// MaxInUseBytes is the quota on bytes in use: pages reachable from the
+	// latest commit (data, branch, freelist log and meta pages), not the
+	// file size. A commit that adds data and would end above it fails with
+	// ErrNoSpace; reads and delete-only transactions always work, and
+	// deleting data makes room again without a defrag. 0 (default) means
+	// no quota. Set it from etcd's --quota-backend-bytes.
+	MaxInUseBytes int64
+
+	// NoSync skips every fdatasync. Default false. Only for tests, bulk
+	// loads followed by DB.Sync, and benchmarks of everything but the
+	// disk: a crash can then lose or corrupt recent commits.
+	NoSync bool
+
+	// InitialMmapSize is the size in bytes the file is grown to when it
+	// is created, so the first gigabytes of growth need no ftruncate.
+	// Default 0 (grow on demand). The mapping itself is always
+	// MaxMapSize; the name is kept from bbolt for familiarity.
+	InitialMmapSize int64
+
+	// MaxMapSize is the virtual address range mapped at Open, in bytes;
+	// the file can never grow past it (commits fail with ErrMapFull).
+	// It costs address space only, not memory. Default
+	// DefaultMaxMapSize (64 GiB). Raise it for larger databases; lower it
+	// only where address space is scarce.
+	MaxMapSize int64
+
+	// StrictMode runs the full invariant checker (Tx.Check) after every
+	// commit, under the write lock; a failure is returned from Commit
+	// wrapping ErrCorrupt. It costs O(database size) per commit: use it in
+	// tests and when chasing corruption, never in production.
+	StrictMode bool
+
+	// Logger receives rare events (recovery choices, failed syncs,
+	// truncation). Default: discard.
+	Logger *slog.Logger
+}
+
+// DefaultMaxMapSize is the default Options.MaxMapSize.
+const DefaultMaxMapSize int64 = 64 << 30
+
+func (o *Options) withDefaults() Options {
+	var r Options
+	if o != nil {
+		r = *o
+	}
+	if r.FS == nil {
+		r.FS = vfs.Default
+	}
+	if r.MaxMapSize <= 0 {
+		r.MaxMapSize = DefaultMaxMapSize
+	}
+	if r.Logger == nil {
+		r.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return r
+}
+
+var osPageSize = os.Getpagesize()

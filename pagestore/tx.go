@@ -1,0 +1,300 @@
+package pagestore
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+)
+
+// Tx is a transaction: a read-only snapshot, or the single writer.
+// A Tx must be used by one goroutine at a time.
+type Tx struct {
+	db       *DB
+	writable bool
+	meta     meta // snapshot; for a writer, the meta being built
+	closed   bool
+	root     *Bucket            // the bucket directory
+	buckets  map[string]*Bucket // buckets opened in this tx
+
+	// Writer state, discarded on rollback.
+	freed           []extent // pages freed by this tx
+	allocd          []extent // pages taken from the free set by this tx
+	truncated       []extent // free tail pages dropped below hwm by defrag
+	dirty           []dirtyPage
+	grew            bool // a Put or CreateBucket ran: the quota applies
+	forceCheckpoint bool
+	truncateTail    bool // defrag: drop the free tail before writing
+	truncHWM        pgid // hwm right after that drop (0: none)
+	lockWait        time.Duration
+	syncTime        time.Duration // time the commit spent in fdatasync
+	shrinkTo        int64         // defrag: file size to cut to after unlocking
+}
+
+type dirtyPage struct {
+	id  pgid
+	buf []byte
+}
+
+func newTx(db *DB, m meta, writable bool) *Tx {
+	tx := &Tx{db: db, writable: writable, meta: m, buckets: map[string]*Bucket{}}
+	tx.root = &Bucket{tx: tx, id: rootBucketOwner, root: m.root}
+	return tx
+}
+
+// ID returns the transaction id: for a reader the id of the commit it
+// sees, for the writer the id its commit will have.
+func (tx *Tx) ID() uint64 { return tx.meta.txid }
+
+// Writable reports whether tx is the write transaction.
+func (tx *Tx) Writable() bool { return tx.writable }
+
+// DB returns the database.
+func (tx *Tx) DB() *DB { return tx.db }
+
+// Size returns the size in bytes of the database as this transaction sees
+// it (its high-water mark); WriteTo writes exactly this many bytes.
+func (tx *Tx) Size() int64 { return int64(tx.meta.hwm) * int64(tx.db.pageSize) }
+
+func (tx *Tx) page(id pgid) ([]byte, error) { return tx.db.page(id, tx.meta.hwm) }
+
+func (tx *Tx) check(write bool) error {
+	if tx.closed {
+		return ErrTxClosed
+	}
+	if write && !tx.writable {
+		return ErrTxNotWritable
+	}
+	return nil
+}
+
+// Bucket returns the named bucket, or an error wrapping ErrBucketNotFound.
+func (tx *Tx) Bucket(name []byte) (*Bucket, error) {
+	if err := tx.check(false); err != nil {
+		return nil, err
+	}
+	if b := tx.buckets[string(name)]; b != nil {
+		return b, nil
+	}
+	v, flags, err := tx.root.get(name)
+	if err != nil {
+		return nil, err
+	}
+	if v == nil {
+		return nil, fmt.Errorf("%w: %q", ErrBucketNotFound, name)
+	}
+	root, id, ok := decodeBucketHeader(v)
+	if !ok || flags&elemFlagBucket == 0 {
+		return nil, corruptf(tx.db.path, "directory entry %q is not a bucket header", name)
+	}
+	b := &Bucket{tx: tx, name: append([]byte(nil), name...), id: id, root: root}
+	tx.buckets[string(name)] = b
+	return b, nil
+}
+
+// CreateBucket creates a bucket; ErrBucketExists if it is there already.
+func (tx *Tx) CreateBucket(name []byte) (*Bucket, error) {
+	if err := tx.check(true); err != nil {
+		return nil, err
+	}
+	if len(name) == 0 {
+		return nil, ErrBucketNameRequired
+	}
+	if len(name) > MaxKeySize {
+		return nil, ErrKeyTooLarge
+	}
+	if v, _, err := tx.root.get(name); err != nil {
+		return nil, err
+	} else if v != nil {
+		return nil, fmt.Errorf("%w: %q", ErrBucketExists, name)
+	}
+	b := &Bucket{tx: tx, name: append([]byte(nil), name...), id: tx.meta.nextBucketID}
+	tx.meta.nextBucketID++
+	b.rootNode = &node{b: b, leaf: true, appendOnly: true}
+	if err := tx.root.put(b.name, encodeBucketHeader(0, b.id), elemFlagBucket); err != nil {
+		return nil, err
+	}
+	tx.buckets[string(name)] = b
+	tx.grew = true
+	return b, nil
+}
+
+// CreateBucketIfNotExists returns the bucket, creating it if needed.
+func (tx *Tx) CreateBucketIfNotExists(name []byte) (*Bucket, error) {
+	b, err := tx.Bucket(name)
+	if err == nil || !isNotFound(err) {
+		return b, err
+	}
+	return tx.CreateBucket(name)
+}
+
+func isNotFound(err error) bool { return err != nil && errors.Is(err, ErrBucketNotFound) }
+
+// DeleteBucket deletes a bucket and frees all its pages.
+func (tx *Tx) DeleteBucket(name []byte) error {
+	if err := tx.check(true); err != nil {
+		return err
+	}
+	b, err := tx.Bucket(name)
+	if err != nil {
+		return err
+	}
+	// Free the committed tree; in-memory nodes die with the Bucket.
+	if b.root != 0 {
+		if err := tx.freeTree(b.root); err != nil {
+			return err
+		}
+	}
+	delete(tx.buckets, string(name))
+	b.deleted = true
+	b.rootNode, b.nodes = nil, nil
+	return tx.root.del(name)
+}
+
+func (tx *Tx) freeTree(id pgid) error {
+	p, err := tx.page(id)
+	if err != nil {
+		return err
+	}
+	if pgFlags(p) == flagBranch {
+		for i := 0; i < pgCount(p); i++ {
+			_, c := branchElem(p, i)
+			if err := tx.freeTree(c); err != nil {
+				return err
+			}
+		}
+	}
+	tx.freed = append(tx.freed, extent{id, 1 + uint64(pgOverflow(p))})
+	return nil
+}
+
+// ForEach calls fn for every bucket, in name order.
+func (tx *Tx) ForEach(fn func(name []byte, b *Bucket) error) error {
+	if err := tx.check(false); err != nil {
+		return err
+	}
+	var names [][]byte
+	c := tx.root.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		names = append(names, k)
+	}
+	if c.err != nil {
+		return c.err
+	}
+	for _, n := range names {
+		b, err := tx.Bucket(n)
+		if err != nil {
+			return err
+		}
+		if err := fn(n, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// free records that the committed page run at id is no longer used.
+func (tx *Tx) free(id pgid) error {
+	p, err := tx.page(id)
+	if err != nil {
+		return err
+	}
+	tx.freed = append(tx.freed, extent{id, 1 + uint64(pgOverflow(p))})
+	return nil
+}
+
+// allocate returns n contiguous pages: the lowest free run that fits, or
+// new pages at the high-water mark.
+func (tx *Tx) allocate(n int) (pgid, error) {
+	if id, ok := tx.db.fl.free.alloc(uint64(n)); ok {
+		tx.allocd = append(tx.allocd, extent{id, uint64(n)})
+		return id, nil
+	}
+	id := tx.meta.hwm
+	if (int64(id)+int64(n))*int64(tx.db.pageSize) > tx.db.opts.MaxMapSize {
+		return 0, fmt.Errorf("%w: %s would need %d pages", ErrMapFull, tx.db.path, int64(id)+int64(n))
+	}
+	tx.meta.hwm += pgid(n)
+	return id, nil
+}
+
+// Rollback ends the transaction, discarding a writer's changes. It returns
+// ErrTxClosed if the transaction already ended.
+func (tx *Tx) Rollback() error {
+	if tx.closed {
+		return ErrTxClosed
+	}
+	tx.end(false)
+	return nil
+}
+
+func (tx *Tx) end(committed bool) {
+	tx.closed = true
+	if !tx.writable {
+		tx.db.endRead(tx.meta.txid)
+		return
+	}
+	if !committed {
+		tx.undo()
+	}
+	tx.buckets, tx.root, tx.dirty = nil, nil, nil
+	tx.db.writeMu.Unlock()
+}
+
+// undo gives back the pages this tx took from the free set.
+func (tx *Tx) undo() {
+	for _, list := range [][]extent{tx.allocd, tx.truncated} {
+		for _, e := range list {
+			tx.db.fl.free.add(e.start, e.n)
+		}
+	}
+	tx.allocd, tx.truncated = nil, nil
+}
+
+// WriteTo writes a consistent copy of the database as this transaction
+// sees it: both meta slots hold this transaction's meta, and every page
+// below its high-water mark follows. The copy opens as a normal database.
+func (tx *Tx) WriteTo(w io.Writer) (int64, error) {
+	if err := tx.check(false); err != nil {
+		return 0, err
+	}
+	if tx.writable {
+		return 0, fmt.Errorf("pagestore: WriteTo needs a read transaction")
+	}
+	ps := tx.db.pageSize
+	buf := make([]byte, 2*ps)
+	m := tx.meta
+	m.encode(buf[:ps], 0)
+	m.encode(buf[ps:], 1)
+	var total int64
+	n, err := w.Write(buf)
+	total += int64(n)
+	if err != nil {
+		return total, err
+	}
+	const chunk = 1 << 20
+	end := int64(tx.meta.hwm) * int64(ps)
+	for off := int64(2 * ps); off < end; off += chunk {
+		e := min(off+chunk, end)
+		n, err := w.Write(tx.db.data[off:e])
+		total += int64(n)
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// sortedBuckets returns the buckets with in-memory changes, by name.
+func (tx *Tx) sortedBuckets() []*Bucket {
+	var bs []*Bucket
+	for _, b := range tx.buckets {
+		if b.rootNode != nil && !b.deleted {
+			bs = append(bs, b)
+		}
+	}
+	sort.Slice(bs, func(i, j int) bool { return bytes.Compare(bs[i].name, bs[j].name) < 0 })
+	return bs
+}
