@@ -32,7 +32,9 @@ type compactor struct {
 	s *Store
 
 	mu      sync.Mutex
-	queue   []int64                   // revisions waiting, ascending
+	queue   []int64 // revisions waiting, ascending
+	busy    bool    // a revision is being compacted
+	idlers  []chan struct{}
 	waiters map[int64][]chan struct{} // closed when the revision is done
 	kick    chan struct{}
 	stopc   chan struct{}
@@ -61,6 +63,19 @@ func (c *compactor) schedule(rev int64) <-chan struct{} {
 	return ch
 }
 
+// idle returns a channel closed once no compaction is queued or running.
+func (c *compactor) idle() <-chan struct{} {
+	ch := make(chan struct{})
+	c.mu.Lock()
+	if len(c.queue) == 0 && !c.busy {
+		close(ch)
+	} else {
+		c.idlers = append(c.idlers, ch)
+	}
+	c.mu.Unlock()
+	return ch
+}
+
 func (c *compactor) stop() {
 	select {
 	case <-c.stopc:
@@ -86,6 +101,7 @@ func (c *compactor) run() {
 			}
 			rev := c.queue[0]
 			c.queue = c.queue[1:]
+			c.busy = true
 			c.mu.Unlock()
 			if !c.compact(rev) {
 				return // stopped; the scheduled revision resumes on open
@@ -98,6 +114,13 @@ func (c *compactor) run() {
 					}
 					delete(c.waiters, r)
 				}
+			}
+			c.busy = false
+			if len(c.queue) == 0 {
+				for _, ch := range c.idlers {
+					close(ch)
+				}
+				c.idlers = nil
 			}
 			c.mu.Unlock()
 		}

@@ -85,7 +85,8 @@ type model struct {
 	compactRev int64
 }
 
-func newModel() *model { return &model{states: []map[string]modelKV{{}}, compactRev: -1} }
+// newModel starts at revision 1, as etcd does.
+func newModel() *model { return &model{states: []map[string]modelKV{{}, {}}, compactRev: -1} }
 
 func (m *model) rev() int64 { return int64(len(m.states) - 1) }
 

@@ -125,7 +125,7 @@ func (s *Store) restore() (scheduled, finished int64, err error) {
 		if err != nil {
 			return err
 		}
-		cur := int64(0)
+		cur := int64(1) // etcd starts at revision 1: the first write is 2
 		var kv mvccpb.KeyValue
 		c := kb.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
