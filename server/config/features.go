@@ -164,11 +164,11 @@ func effectiveFeatureGates(set map[string]bool) map[string]bool {
 // or "" for none) and, for jwt, its options. Key files are not read here;
 // the auth package loads and checks them when it builds the provider.
 type AuthTokenOptions struct {
-	Type       string
-	SignMethod string        // sign-method, e.g. RS256, PS384, ES512, HS256, EdDSA
-	PubKeyFile string        // pub-key
-	PrivKeyFile string       // priv-key
-	TTL        time.Duration // ttl; 5m when not given, as in etcd
+	Type        string
+	SignMethod  string        // sign-method, e.g. RS256, PS384, ES512, HS256, EdDSA
+	PubKeyFile  string        // pub-key
+	PrivKeyFile string        // priv-key
+	TTL         time.Duration // ttl; 5m when not given, as in etcd
 	// Unknown holds options etcd does not know; etcd warns and ignores them.
 	Unknown map[string]string
 }

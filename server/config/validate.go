@@ -13,7 +13,7 @@ import (
 
 // Errors with etcd's exact text, for callers that match on them.
 var (
-	ErrConflictBootstrapFlags = errors.New(`multiple discovery or bootstrap flags are set. Choose one of "initial-cluster", "discovery-endpoints" or "discovery-srv"`)
+	ErrConflictBootstrapFlags       = errors.New(`multiple discovery or bootstrap flags are set. Choose one of "initial-cluster", "discovery-endpoints" or "discovery-srv"`)
 	ErrUnsetAdvertiseClientURLsFlag = errors.New("--advertise-client-urls is required when --listen-client-urls is set explicitly")
 	ErrLogRotationInvalidLogOutput  = errors.New("--log-outputs requires a single file path when --log-rotate-config-json is defined")
 )
