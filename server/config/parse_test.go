@@ -14,7 +14,7 @@ import (
 func TestDefaults(t *testing.T) {
 	c, _ := mustParse(t, nil, nil)
 	checks := []struct {
-		name     string
+		name      string
 		got, want any
 	}{
 		{"name", c.Name, "default"},
