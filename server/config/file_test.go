@@ -77,7 +77,7 @@ func TestConfigFileTransportSecurity(t *testing.T) {
 		t.Errorf("peer security = %+v", c.PeerSecurity)
 	}
 	checks := []struct {
-		name     string
+		name      string
 		got, want any
 	}{
 		{"name", c.Name, "node1"},
