@@ -371,3 +371,15 @@ func (n *Node) fail(err error) {
 	n.log.Error("raft node stopping on a fatal error", "error", err)
 	n.stopOnce.Do(func() { close(n.stopc) })
 }
+
+// ReadIDs returns the member and cluster ids recorded in an existing WAL.
+func ReadIDs(walDir string) (id, cluster uint64, err error) {
+	meta, err := wal.ReadMetadata(nil, walDir)
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(meta) != 16 {
+		return 0, 0, fmt.Errorf("raft: WAL metadata in %s is %d bytes, want 16", walDir, len(meta))
+	}
+	return binary.BigEndian.Uint64(meta), binary.BigEndian.Uint64(meta[8:]), nil
+}

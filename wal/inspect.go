@@ -110,3 +110,31 @@ func LastSnapshot(fs vfs.FS, dir string) (Snapshot, error) {
 	})
 	return last, err
 }
+
+// ReadMetadata returns the metadata stored in the header of the oldest
+// segment in dir (every segment carries the same metadata).
+func ReadMetadata(fs vfs.FS, dir string) ([]byte, error) {
+	if fs == nil {
+		fs = vfs.Default
+	}
+	segs, err := listSegments(fs, dir)
+	if err != nil {
+		return nil, fmt.Errorf("wal: %s: %w", dir, err)
+	}
+	if len(segs) == 0 {
+		return nil, fmt.Errorf("%w in %s", ErrNotFound, dir)
+	}
+	data, err := readSegment(fs, segs[0].path, nil)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := decodeRecord(data)
+	if err != nil || rec.Type != typeSegment {
+		return nil, &CorruptError{File: segs[0].path, Offset: 0, Reason: "missing segment header"}
+	}
+	h, err := parseSegmentHeader(rec.Data)
+	if err != nil {
+		return nil, &CorruptError{File: segs[0].path, Offset: 0, Reason: err.Error()}
+	}
+	return h.metadata, nil
+}
