@@ -106,6 +106,7 @@ func TestIndexModel(t *testing.T) {
 		compacted int64
 	}
 	var snaps []snapshot
+	var compactions, dropped int
 
 	checkReads := func(x *Index, maxRev, minRev int64) {
 		t.Helper()
@@ -210,15 +211,21 @@ func TestIndexModel(t *testing.T) {
 		}
 	}
 
+	delPct := 3 // tenths of changes that are deletes
 	for cur < revisions {
 		rev := cur + 1
+		if rev%5000 == 0 {
+			// Alternate put-heavy and delete-heavy phases, so keys are
+			// also wholly deleted and then dropped by compaction.
+			delPct = 3 + 4*rng.IntN(2)
+		}
 		// One transaction: distinct keys, each put or deleted.
 		n := 1 + rng.IntN(3)
 		var sub int64
 		changed := false
 		for _, ki := range rng.Perm(nkeys)[:n] {
 			k := keyName(ki)
-			if rng.IntN(10) < 3 {
+			if rng.IntN(10) < delPct {
 				err := x.Tombstone([]byte(k), Revision{rev, sub})
 				if !h.live(k) {
 					if !errors.Is(err, ErrRevisionNotFound) {
@@ -255,6 +262,7 @@ func TestIndexModel(t *testing.T) {
 			for _, k := range h.keys() {
 				h.kept(k, c, true, want)
 			}
+			before := x.Len()
 			if got := x.Compact(c); !maps.Equal(got, want) {
 				t.Fatalf("Compact(%d) = %v; model %v", c, got, want)
 			}
@@ -266,6 +274,8 @@ func TestIndexModel(t *testing.T) {
 				t.Fatalf("Keep(%d) = %v; model %v", c, got, wantKeep)
 			}
 			checkIndexTight(t, x, c, want)
+			compactions++
+			dropped += before - x.Len()
 			for r, e := range store {
 				if _, ok := want[r]; !ok && r.Main <= c {
 					delete(store, e.rev)
@@ -291,7 +301,8 @@ func TestIndexModel(t *testing.T) {
 		}
 	}
 	checkRestore()
-	t.Logf("%d revisions, %d changes, %d keys left after compaction at %d", cur, len(h.events), x.Len(), compacted)
+	t.Logf("%d revisions, %d changes, %d compactions, %d keys dropped by compaction, %d keys left after compaction at %d",
+		cur, len(h.events), compactions, dropped, x.Len(), compacted)
 }
 
 // checkIndexTight checks the keyIndex invariants of every entry, and that
