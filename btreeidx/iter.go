@@ -104,7 +104,7 @@ func (t *BTree[T]) ascend(n *node[T], lo T, hasLo bool, hi T, hasHi bool, fn fun
 		return end == n.n
 	}
 	for k := start; ; k++ {
-		if n.children != nil && !skipChild {
+		if !skipChild {
 			if !t.ascend(n.children[k], lo, hasLo && k == start, hi, hasHi && k == end && !endFound, fn) {
 				return false
 			}
@@ -159,7 +159,7 @@ func (t *BTree[T]) descend(n *node[T], hi T, hasHi bool, lo T, hasLo bool, fn fu
 		return stop == 0
 	}
 	for k := top; ; k-- {
-		if n.children != nil && !skipChild {
+		if !skipChild {
 			if !t.descend(n.children[k], hi, hasHi && k == top, lo, hasLo && k == stop && !stopFound, fn) {
 				return false
 			}
