@@ -132,8 +132,6 @@ func (n *node[T]) find(key T, compare func(a, b T) int) (int, bool) {
 	return lo, false
 }
 
-func (n *node[T]) leaf() bool { return n.children == nil }
-
 // Get returns the item equal to key, if any.
 func (t *BTree[T]) Get(key T) (T, bool) {
 	n := t.root

@@ -227,6 +227,7 @@ func TestBTreeModel(t *testing.T) {
 	}
 	keySpace := 4000
 	trees := []*pair{{tr: NewOrdered[int]()}}
+	clones := 0
 	for op := range ops {
 		if op%40_000 == 0 {
 			// Vary the key space so the trees grow to several levels
@@ -279,7 +280,13 @@ func TestBTreeModel(t *testing.T) {
 				t.Fatalf("op %d: Len = %d want %d", op, p.tr.Len(), len(p.m))
 			}
 		case r < 99:
+			if rng.IntN(4) != 0 {
+				// Clone in 0.5% of ops, so that clones live for
+				// about a thousand ops and diverge a lot.
+				break
+			}
 			// Clone: the new tree starts with a copy of the model.
+			clones++
 			if len(trees) < 6 {
 				trees = append(trees, &pair{tr: p.tr.Clone(), m: slices.Clone(p.m)})
 			} else {
@@ -293,7 +300,7 @@ func TestBTreeModel(t *testing.T) {
 				p.m = nil
 			}
 		}
-		if op%2000 == 0 {
+		if op%1000 == 0 {
 			for _, q := range trees {
 				checkAgainst(t, rng, q.tr, q.m, keySpace)
 			}
@@ -301,6 +308,10 @@ func TestBTreeModel(t *testing.T) {
 	}
 	for _, q := range trees {
 		checkAgainst(t, rng, q.tr, q.m, keySpace)
+	}
+	t.Logf("%d ops, %d clones, final tree sizes:", ops, clones)
+	for _, q := range trees {
+		t.Logf("  %d items", q.tr.Len())
 	}
 }
 

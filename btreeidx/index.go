@@ -7,10 +7,12 @@ import (
 )
 
 // compactBatch is how many keys Compact processes per hold of the write
-// lock. Between batches writers get the lock, so a compaction of millions
-// of keys never stalls apply for longer than one batch (well under a
-// millisecond at 1000 keys).
-const compactBatch = 1000
+// lock. Between batches writers get the lock, so a compaction of millions of
+// keys never stalls apply for longer than one batch. Measured on 200k keys
+// (2 shared cores under load): about 1.1 us a key when the entries are owned,
+// 4.5 us when every entry is shared with a clone and has to be copied, so a
+// batch of 256 holds the lock for roughly 0.3 to 1.2 ms.
+const compactBatch = 256
 
 // Index maps each user key to the revisions of its generations and answers
 // which revision of a key is visible at a given store revision, with etcd's
@@ -303,8 +305,9 @@ func (x *Index) RangeSince(key, end []byte, rev int64) []Revision {
 // removed.
 //
 // The work is done in batches of compactBatch keys, each under the write
-// lock, so writers proceed between batches. Keys written meanwhile only
-// have revisions above rev, so missing or revisiting them changes nothing.
+// lock, so writers proceed between batches. rev must not be above the
+// revision already applied: then keys written meanwhile only have revisions
+// above rev, and missing or revisiting them changes nothing.
 func (x *Index) Compact(rev int64) map[Revision]struct{} {
 	available := make(map[Revision]struct{})
 	var after []byte

@@ -9,6 +9,7 @@ import (
 // each, for reference by mvcc's own benchmarks:
 //
 //	put         a new revision of an existing key
+//	put-new     the first revision of a key (index restarts every 100k keys)
 //	get-latest  Get at the head revision
 //	get-old     Get at a revision in the middle of the history
 //	range100    Revisions over 100 consecutive keys at the head revision
@@ -40,6 +41,18 @@ func BenchmarkIndex(b *testing.B) {
 		for i := 0; b.Loop(); i++ {
 			rev++
 			if err := y.Put(keys[i%nkeys], r(rev)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("put-new", func(b *testing.B) {
+		b.ReportAllocs()
+		y := NewIndex()
+		for i := 0; b.Loop(); i++ {
+			if i%nkeys == 0 {
+				y = NewIndex()
+			}
+			if err := y.Put(keys[(i*7919)%nkeys], r(int64(i+1))); err != nil {
 				b.Fatal(err)
 			}
 		}

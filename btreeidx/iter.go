@@ -104,7 +104,7 @@ func (t *BTree[T]) ascend(n *node[T], lo T, hasLo bool, hi T, hasHi bool, fn fun
 		return end == n.n
 	}
 	for k := start; ; k++ {
-		if n.children != nil && !skipChild {
+		if !skipChild {
 			if !t.ascend(n.children[k], lo, hasLo && k == start, hi, hasHi && k == end && !endFound, fn) {
 				return false
 			}
@@ -159,7 +159,7 @@ func (t *BTree[T]) descend(n *node[T], hi T, hasHi bool, lo T, hasLo bool, fn fu
 		return stop == 0
 	}
 	for k := top; ; k-- {
-		if n.children != nil && !skipChild {
+		if !skipChild {
 			if !t.descend(n.children[k], hi, hasHi && k == top, lo, hasLo && k == stop && !stopFound, fn) {
 				return false
 			}
@@ -182,9 +182,9 @@ func (t *BTree[T]) descend(n *node[T], hi T, hasHi bool, lo T, hasLo bool, fn fu
 const maxHeight = 32
 
 // Iter is a bidirectional cursor over a BTree; get one from BTree.Iter (a
-// zero Iter is over no tree and never valid). An Iter is invalidated by any mutation of its tree
-// (using it afterwards gives unspecified, but memory-safe, results); iterate a
-// Clone to mutate the original meanwhile.
+// zero Iter is over no tree and never valid). Any mutation of the tree
+// invalidates its cursors: afterwards they may skip or repeat items. To
+// mutate a tree while walking it, walk a Clone.
 //
 // Its position is a path of frames from the root, stack[:depth]. In every
 // frame but the last, idx is the child of that node the path descends into;

@@ -137,22 +137,28 @@ func (ki *keyIndex) get(atRev int64) (modified, created Revision, ver int64, err
 		return Revision{}, Revision{}, 0, ErrRevisionNotFound
 	}
 	g := &ki.generations[gi]
-	n := len(g.revs) - 1
-	if g.revs[n].Main > atRev {
-		// Not the newest revision (reads at the head revision take the
-		// branch above): find the last revision with Main <= atRev.
-		n, _ = slices.BinarySearchFunc(g.revs, atRev+1, func(r Revision, main int64) int {
-			if r.Main < main {
-				return -1
-			}
-			return 1
-		})
-		n--
-	}
+	n := lastAtOrBefore(g.revs, atRev)
 	if n < 0 {
 		return Revision{}, Revision{}, 0, ErrRevisionNotFound
 	}
 	return g.revs[n], g.created, g.ver - int64(len(g.revs)-1-n), nil
+}
+
+// lastAtOrBefore returns the index of the last revision in revs (sorted)
+// with Main <= atRev, or -1. Reads at the head revision, the common case,
+// are answered by the first comparison.
+func lastAtOrBefore(revs []Revision, atRev int64) int {
+	n := len(revs) - 1
+	if n < 0 || revs[n].Main <= atRev {
+		return n
+	}
+	i, _ := slices.BinarySearchFunc(revs, atRev+1, func(r Revision, main int64) int {
+		if r.Main < main {
+			return -1
+		}
+		return 1
+	})
+	return i - 1
 }
 
 // since appends to dst the key's revisions with Main >= rev, in order, with
@@ -191,30 +197,39 @@ func (ki *keyIndex) since(rev int64, dst []Revision) []Revision {
 // to keep and, in it, the index of the first revision to keep (-1 if all of
 // that generation's revisions are newer than atRev and all are kept).
 //
-// A generation whose tombstone is older than atRev is dropped whole: a read
-// at any revision >= atRev finds the key deleted there and needs nothing
-// from it. In the first generation kept, the newest revision <= atRev is
-// what a read at atRev returns, so it is kept (and reported available) and
-// everything older is dropped. A tombstone exactly at atRev is kept, as etcd
-// keeps it: its record is the delete event of revision atRev itself.
+// What decides is the key's newest revision <= atRev, the one a read at
+// atRev sees:
+//   - a put: it is kept (and reported available), with everything newer;
+//     everything older, including whole older generations, is dropped;
+//   - a tombstone older than atRev: the key is deleted at every revision >=
+//     atRev until its next generation, so the tombstone and everything
+//     older are dropped and nothing is reported;
+//   - a tombstone exactly at atRev: kept, as etcd keeps it (its record is
+//     the delete event of revision atRev itself), until a later compaction;
+//   - none (every revision is newer than atRev): everything is kept.
+//
+// When every key changes at most once per main revision, which etcd's txn
+// validation guarantees, this is exactly etcd's rule ("skip generations
+// whose tombstone is below atRev, then keep the newest revision <= atRev of
+// the next one"). Stating it by the newest revision also keeps the right
+// record if a key is deleted and put again within one main revision.
 func (ki *keyIndex) compactPlan(atRev int64, available map[Revision]struct{}) (genIdx, revIdx int) {
-	for genIdx < len(ki.generations)-1 {
-		g := &ki.generations[genIdx]
-		if g.revs[len(g.revs)-1].Main >= atRev {
-			break
+	last := len(ki.generations) - 1
+	for gi := last; gi >= 0; gi-- {
+		g := &ki.generations[gi]
+		i := lastAtOrBefore(g.revs, atRev)
+		if i < 0 {
+			continue
 		}
-		genIdx++
-	}
-	g := &ki.generations[genIdx]
-	revIdx = -1
-	for i := len(g.revs) - 1; i >= 0; i-- {
-		if g.revs[i].Main <= atRev {
-			revIdx = i
-			available[g.revs[i]] = struct{}{}
-			break
+		if gi != last && i == len(g.revs)-1 && g.revs[i].Main < atRev {
+			// The newest revision <= atRev is this generation's
+			// tombstone, older than atRev.
+			return gi + 1, -1
 		}
+		available[g.revs[i]] = struct{}{}
+		return gi, i
 	}
-	return genIdx, revIdx
+	return 0, -1
 }
 
 // needsCompact reports whether a compaction planned by compactPlan changes

@@ -2,6 +2,7 @@ package btreeidx
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -353,5 +354,88 @@ func TestIndexRestore(t *testing.T) {
 	checkGets(t, y, "bar", []getWant{{5, Revision{}, Revision{}, 0}, {8, Revision{}, Revision{}, 0}, {9, r(9), r(9), 1}}, 0)
 	if got := y.Compact(6); len(got) != 0 || y.Len() != 1 {
 		t.Fatalf("Compact(6) after restore: %v, %d keys", got, y.Len())
+	}
+}
+
+// TestIndexCompactManyKeys covers compaction across several batches, with
+// keys dropped inside batches and at batch boundaries, on an index whose
+// entries are shared with a clone (so every change copies).
+func TestIndexCompactManyKeys(t *testing.T) {
+	const n = compactBatch*4 + 7
+	x := NewIndex()
+	key := func(i int) []byte { return []byte(fmt.Sprintf("k%05d", i)) }
+	rev := int64(0)
+	for i := range n {
+		rev++
+		if err := x.Put(key(i), r(rev)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := make(map[Revision]struct{})
+	for i := range n {
+		rev++
+		if i%3 == 0 {
+			if err := x.Tombstone(key(i), r(rev)); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := x.Put(key(i), r(rev)); err != nil {
+			t.Fatal(err)
+		}
+		want[r(rev)] = struct{}{}
+	}
+	snap := x.Clone()
+	got := x.Compact(rev + 1)
+	if !maps.Equal(got, want) {
+		t.Fatalf("Compact kept %d revisions, want %d", len(got), len(want))
+	}
+	if wantLen := n - (n+2)/3; x.Len() != wantLen {
+		t.Fatalf("after Compact: %d keys, want %d", x.Len(), wantLen)
+	}
+	for i := range n {
+		_, _, ver, err := x.Get(key(i), rev)
+		if i%3 == 0 && err == nil || i%3 != 0 && (err != nil || ver != 2) {
+			t.Fatalf("key %d after Compact: ver %d err %v", i, ver, err)
+		}
+	}
+	// The snapshot still has every key and its whole history.
+	if snap.Len() != n {
+		t.Fatalf("snapshot lost keys: %d", snap.Len())
+	}
+	if _, _, ver, err := snap.Get(key(0), int64(n)); err != nil || ver != 1 {
+		t.Fatalf("snapshot history: ver %d err %v", ver, err)
+	}
+}
+
+// TestKeyIndexCompactSameRevision covers a key deleted and put again within
+// one main revision (which etcd's txn validation rules out, but the index
+// must not lose the put): compaction at that revision keeps the put.
+func TestKeyIndexCompactSameRevision(t *testing.T) {
+	x := NewIndex()
+	k := []byte("qux")
+	for _, step := range []struct {
+		rev Revision
+		del bool
+	}{{r(10), false}, {rs(20, 0), false}, {rs(20, 1), true}, {rs(20, 2), false}} {
+		var err error
+		if step.del {
+			err = x.Tombstone(k, step.rev)
+		} else {
+			err = x.Put(k, step.rev)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := x.Compact(20), revSet(rs(20, 2)); !maps.Equal(got, want) {
+		t.Fatalf("Compact(20) = %v, want %v", got, want)
+	}
+	mod, cre, ver, err := x.Get(k, 20)
+	if err != nil || mod != rs(20, 2) || cre != rs(20, 2) || ver != 1 {
+		t.Fatalf("Get at 20 after Compact(20) = %v %v %d %v", mod, cre, ver, err)
+	}
+	if got := x.RangeSince(k, nil, 20); !slices.Equal(got, []Revision{rs(20, 2)}) {
+		t.Fatalf("RangeSince(20) = %v", got)
 	}
 }
