@@ -117,7 +117,13 @@ func fromFile(path string, p *parseState) (*Config, error) {
 	known := fileKeys()
 	for k := range keys {
 		c.ExplicitlySet[k] = true
-		if !known[k] {
+		switch {
+		case known[k]:
+		case slices.Contains(removedFlags, k) || k == "discovery-fallback":
+			// 3.5 sample files carry these (v2 proxy, v2 discovery); etcd
+			// 3.7 ignores them silently, so only debug here.
+			p.log(slog.LevelDebug, "configuration file key was removed in etcd v3.6 - ignoring", "path", path, "key", k)
+		default:
 			p.log(slog.LevelWarn, "unrecognized configuration file key - ignoring", "path", path, "key", k)
 		}
 	}

@@ -124,6 +124,9 @@ experimental-watch-progress-notify-interval: 5000000000
 experimental-snapshot-catch-up-entries: 9000
 experimental-peer-skip-client-san-verification: true
 no-such-key: 1
+enable-v2: true
+proxy: 'off'
+discovery-fallback: 'proxy'
 `)
 	c, stderr := mustParse(t, []string{"--config-file", path}, nil)
 	if !c.FeatureEnabled(FeatureInitialCorruptCheck) || c.WatchProgressNotifyInterval != 5*time.Second ||
@@ -132,6 +135,9 @@ no-such-key: 1
 	}
 	if !strings.Contains(stderr, `"key":"no-such-key"`) {
 		t.Errorf("unknown key not warned about:\n%s", stderr)
+	}
+	if strings.Contains(stderr, `"key":"enable-v2"`) || strings.Contains(stderr, `"key":"proxy"`) {
+		t.Errorf("3.5 sample keys warned about:\n%s", stderr)
 	}
 	both := writeFile(t, "experimental-compaction-batch-limit: 5\ncompaction-batch-limit: 6\n")
 	parseErr(t, []string{"--config-file=" + both}, nil, "cannot set --experimental-compaction-batch-limit and --compaction-batch-limit at the same time")

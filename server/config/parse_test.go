@@ -329,3 +329,14 @@ func TestLogLevelFiltersParseMessages(t *testing.T) {
 		t.Errorf("ignored flag not logged at debug:\n%s", stderr)
 	}
 }
+
+func TestDataDirFollowsName(t *testing.T) {
+	c, _ := mustParse(t, []string{"--name=infra1"}, nil)
+	if c.DataDir != "infra1.strata" || c.WALDir() != filepath.Join("infra1.strata", "member", "wal") {
+		t.Errorf("data-dir %q wal %q", c.DataDir, c.WALDir())
+	}
+	c, _ = mustParse(t, []string{"--name=infra1", "--wal-dir=/ssd/wal"}, []string{"ETCD_DATA_DIR=/data"})
+	if c.DataDir != "/data" || c.WALDir() != "/ssd/wal" || c.BackendPath() != "/data/member/snap/db" {
+		t.Errorf("data-dir %q wal %q backend %q", c.DataDir, c.WALDir(), c.BackendPath())
+	}
+}

@@ -216,3 +216,38 @@ func TestCipherSuitesAndVersions(t *testing.T) {
 		t.Errorf("suites %v max %x", srv.CipherSuites, srv.MaxVersion)
 	}
 }
+
+func TestClientCRL(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, dir, "ca")
+	srvCert, srvKey := ca.issue(t, "server", x509.ExtKeyUsageServerAuth)
+	okCert, okKey := ca.issue(t, "alice", x509.ExtKeyUsageClientAuth)
+	revCert, revKey := ca.issue(t, "mallory", x509.ExtKeyUsageClientAuth)
+	rev, _ := tls.LoadX509KeyPair(revCert, revKey)
+	leaf, _ := x509.ParseCertificate(rev.Certificate[0])
+	crlDER, err := x509.CreateRevocationList(rand.Reader, &x509.RevocationList{
+		Number:                    big.NewInt(1),
+		ThisUpdate:                time.Now().Add(-time.Minute),
+		NextUpdate:                time.Now().Add(time.Hour),
+		RevokedCertificateEntries: []x509.RevocationListEntry{{SerialNumber: leaf.SerialNumber, RevocationTime: time.Now()}},
+	}, ca.cert, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crlFile := filepath.Join(dir, "crl.pem")
+	writePEM(t, crlFile, "X509 CRL", crlDER)
+	c, _ := mustParse(t, []string{"--name=n1", "--cert-file=" + srvCert, "--key-file=" + srvKey, "--trusted-ca-file=" + ca.file,
+		"--client-cert-auth", "--client-crl-file=" + crlFile}, nil)
+	srv, err := c.ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots, _ := loadPool(ca.file)
+	ok, _ := tls.LoadX509KeyPair(okCert, okKey)
+	if err := handshake(t, srv, &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{ok}, ServerName: "127.0.0.1"}); err != nil {
+		t.Errorf("unrevoked certificate refused: %v", err)
+	}
+	if err := handshake(t, srv, &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{rev}, ServerName: "127.0.0.1"}); err == nil {
+		t.Error("revoked certificate accepted")
+	}
+}
