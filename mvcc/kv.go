@@ -481,3 +481,7 @@ func (s *Store) executeTxn(v rangeReader, r *pb.TxnRequest, path []bool, resp *p
 	}
 	return n, nil
 }
+
+// ApplyNoop records that raft entry ci was applied without a store change
+// (an empty entry, a request that touched other state, or one that failed).
+func (s *Store) ApplyNoop(ci, term uint64) { s.skip(ci, term) }

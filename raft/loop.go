@@ -28,6 +28,17 @@ func (n *Node) run() {
 	}
 	ticker := time.NewTicker(tick)
 	defer ticker.Stop()
+	if n.campaignOnStart {
+		// Apply the bootstrap conf changes first: raft refuses to campaign
+		// while membership changes are pending.
+		for n.rn.HasReady() {
+			if err := n.handleReady(); err != nil {
+				n.fail(err)
+				return
+			}
+		}
+		_ = n.rn.Campaign()
+	}
 	for {
 		select {
 		case <-ticker.C:

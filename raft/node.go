@@ -114,7 +114,8 @@ type Node struct {
 
 	snapIndex uint64 // owned by the apply goroutine
 
-	restoredVoters []uint64 // voters known at restart, before replay
+	restoredVoters  []uint64 // voters known at restart, before replay
+	campaignOnStart bool
 }
 
 type proposal struct {
@@ -201,10 +202,9 @@ func Start(cfg Config) (*Node, error) {
 	if cs := n.confState.Load(); cs == nil {
 		n.confState.Store(&raftpb.ConfState{})
 	}
-	// A lone voter need not wait out an election timeout.
-	if len(cfg.Peers) == 1 && cfg.Peers[0].ID == cfg.ID || n.soleVoter() {
-		_ = n.rn.Campaign()
-	}
+	// A lone voter need not wait out an election timeout: it campaigns as
+	// soon as the bootstrap membership is applied (see run).
+	n.campaignOnStart = !restart && len(cfg.Peers) == 1 && cfg.Peers[0].ID == cfg.ID || n.soleVoter()
 	go n.run()
 	go n.applyLoop()
 	return n, nil
