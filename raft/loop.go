@@ -103,6 +103,22 @@ func (n *Node) handleReady() error {
 	if isLeader {
 		n.send(rd.Messages)
 	}
+	// Committed entries were made durable by an earlier Ready, so they are
+	// handed to the apply goroutine before this Ready's write: applying a
+	// batch never waits for the fdatasync of the next one.
+	for _, rs := range rd.ReadStates {
+		n.finishRead(rs)
+	}
+	if len(rd.CommittedEntries) > 0 {
+		for _, e := range rd.CommittedEntries {
+			n.applyConfChange(e)
+		}
+		select {
+		case n.applyc <- rd.CommittedEntries:
+		case <-n.stopc:
+			return nil
+		}
+	}
 	if err := n.wal.SaveAsync(rd.HardState, rd.Entries).Wait(); err != nil {
 		return fmt.Errorf("raft: persisting entries: %w", err)
 	}
@@ -124,19 +140,6 @@ func (n *Node) handleReady() error {
 	}
 	if !isLeader {
 		n.send(rd.Messages)
-	}
-	for _, rs := range rd.ReadStates {
-		n.finishRead(rs)
-	}
-	if len(rd.CommittedEntries) > 0 {
-		for _, e := range rd.CommittedEntries {
-			n.applyConfChange(e)
-		}
-		select {
-		case n.applyc <- rd.CommittedEntries:
-		case <-n.stopc:
-			return nil
-		}
 	}
 	n.rn.Advance(rd)
 	return nil
