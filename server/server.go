@@ -70,11 +70,11 @@ type Server struct {
 
 // New opens (or creates) the member's data and starts raft. Call Serve to
 // accept clients.
-func New(cfg *config.Config, lg *slog.Logger) (s *Server, err error) {
+func New(cfg *config.Config, lg *slog.Logger) (_ *Server, err error) {
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
-	s = &Server{cfg: cfg, lg: lg, wait: newWaitRegistry(),
+	s := &Server{cfg: cfg, lg: lg, wait: newWaitRegistry(),
 		readyc: make(chan struct{}), stopping: make(chan struct{}), done: make(chan struct{})}
 	defer func() {
 		if err != nil {
