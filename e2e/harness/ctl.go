@@ -42,8 +42,8 @@ type Ctl struct {
 	TLS       TLS
 	// Timeout bounds each command. Default 30s.
 	Timeout time.Duration
-	// Env is added to etcdctl's environment (ETCDCTL_API=3 is always set,
-	// and any ETCDCTL_* of the test's own environment is removed).
+	// Env is added to etcdctl's environment (any ETCDCTL_* of the test's
+	// own environment is removed first).
 	Env []string
 }
 
@@ -72,8 +72,9 @@ func (c *Ctl) Args(args ...string) []string {
 
 func (c *Ctl) command(ctx context.Context, args []string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, c.Bin, c.Args(args...)...)
-	cmd.Env = append(cleanEnv("ETCDCTL_"), "ETCDCTL_API=3")
-	cmd.Env = append(cmd.Env, c.Env...)
+	// etcdctl 3.7 speaks only the v3 API and warns about ETCDCTL_API, so
+	// it is not set; any ETCDCTL_* of the caller is dropped.
+	cmd.Env = append(cleanEnv("ETCDCTL_"), c.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	return cmd
 }

@@ -51,6 +51,7 @@ import (
 //   - Client-side zap log lines ({"level":...}) are reduced to level, msg,
 //     method and error: their ts, caller, target, peer, size and took fields
 //     are diagnostics of the etcdctl process, not server behaviour.
+//   - The same fields are masked in -w fields output ("RaftTerm" : 2).
 //   - Tables are re-rendered without padding (| a | b |), since column
 //     widths follow the masked cells' original lengths.
 //   - Any other loopback host:port -> <addr>: ephemeral client ports.
@@ -153,7 +154,32 @@ var (
 	rePtr       = regexp.MustCompile(`0x[0-9a-f]{6,}`)
 	reAddr      = regexp.MustCompile(`(127\.0\.0\.1|localhost|\[::1\]):\d{2,5}\b`)
 	reSemver    = regexp.MustCompile(`^(\d+)\.(\d+)\.\d+$`)
+	reField     = regexp.MustCompile(`^"(\w+)" : (.*)$`)
 )
+
+// fieldMask masks etcdctl's -w fields lines ("Key" : value) by name, with
+// the same reasons as the JSON keys.
+var fieldMask = map[string]string{
+	"ClusterID": "id", "MemberID": "id", "ID": "id", "Lease": "id", "Leader": "id",
+	"RaftTerm": "<term>", "RaftIndex": "<index>", "RaftAppliedIndex": "<index>",
+	"DBSize": "<size>", "DBSizeInUse": "<size>", "Version": "semver",
+}
+
+func (n *Normalizer) fieldLine(name, val string) string {
+	switch m := fieldMask[name]; m {
+	case "id":
+		if val != "0" {
+			val = n.decID(val)
+		}
+	case "semver":
+		if uq, err := strconv.Unquote(val); err == nil {
+			val = strconv.Quote(majorMinor(uq))
+		}
+	default:
+		val = m
+	}
+	return scrubText(fmt.Sprintf("%q : %s", name, val))
+}
 
 func (n *Normalizer) line(ln string) string {
 	if reZapLine.MatchString(ln) {
@@ -174,6 +200,12 @@ func (n *Normalizer) line(ln string) string {
 		return "| " + strings.Join(n.row(n.table, cells), " | ") + " |"
 	}
 	n.table = nil
+	if m := reField.FindStringSubmatch(ln); m != nil {
+		if _, ok := fieldMask[m[1]]; ok {
+			return n.fieldLine(m[1], m[2])
+		}
+		return scrubText(ln)
+	}
 	if reFound.MatchString(ln) {
 		n.inLeases = true
 		return ln
@@ -327,12 +359,18 @@ func (n *Normalizer) jsonValue(key string, v any) any {
 	case map[string]any:
 		_, hasGranted := x["grantedTTL"]
 		_, hasGranted2 := x["granted-ttl"]
-		for k, e := range x {
+		// Sorted, so ids are numbered in the same order on both sides.
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
 			if (k == "TTL" && hasGranted) || (k == "ttl" && hasGranted2) {
 				x[k] = "<ttl>"
 				continue
 			}
-			x[k] = n.jsonValue(k, e)
+			x[k] = n.jsonValue(k, x[k])
 		}
 		return x
 	case []any:

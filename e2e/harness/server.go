@@ -251,9 +251,11 @@ func (s *Server) signalAndWait(sig syscall.Signal, timeout time.Duration) error 
 		return nil
 	}
 	_ = cmd.Process.Signal(sig)
+	escalated := false
 	select {
 	case <-done:
 	case <-time.After(timeout):
+		escalated = true
 		_ = cmd.Process.Kill()
 		<-done
 	}
@@ -261,12 +263,16 @@ func (s *Server) signalAndWait(sig syscall.Signal, timeout time.Duration) error 
 	s.mu.Lock()
 	s.cmd, s.done = nil, nil
 	s.mu.Unlock()
-	var ee *exec.ExitError
-	if sig == syscall.SIGKILL && errors.As(err, &ee) {
-		return nil // killed on purpose
+	if escalated {
+		return fmt.Errorf("harness: %s did not exit within %v of %v and was killed", s.cfg.Bin, timeout, sig)
 	}
-	if errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signaled() {
-		return fmt.Errorf("harness: %s did not exit on %v within %v and was killed", s.cfg.Bin, sig, timeout)
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		// Dying of the signal we sent is a normal end: etcd re-raises
+		// SIGTERM after its cleanup.
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == sig {
+			return nil
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("harness: %s exited: %w", s.cfg.Bin, err)
