@@ -15,6 +15,12 @@ import (
 func scenarios() []scenario {
 	return []scenario{
 		kvScenario(),
+		watchScenario(),
+		leaseScenario(),
+		concurrencyScenario(),
+		maintenanceScenario(),
+		httpScenario(),
+		quotaScenario(),
 	}
 }
 

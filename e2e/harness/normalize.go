@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -46,7 +47,11 @@ import (
 //   - Remaining TTLs (timetolive's remaining(Ns), the ttl beside
 //     granted-ttl in JSON) -> <ttl>: they tick with the wall clock.
 //   - PERCENTAGE NOT IN USE -> <pct>: derived from the sizes above.
-//   - Durations after "took", RFC 3339 timestamps, Go pointers (0xc000...)
+//   - Unordered collections are sorted: a lease's attached keys (the lessor
+//     keeps them in a map) and /readyz?verbose check lines (run from a map).
+//   - Keys in JSON are base64; when a caller's id rule (e.g. a lock key's
+//     lease suffix) matches the decoded key it is shown as text:<masked>.
+//   - Durations after "took" (and JSON "took"), RFC 3339 timestamps, Go pointers (0xc000...)
 //     -> masks: wall clock and process memory.
 //   - Client-side zap log lines ({"level":...}) are reduced to level, msg,
 //     method and error: their ts, caller, target, peer, size and took fields
@@ -61,6 +66,7 @@ type Normalizer struct {
 	forms    map[string]string // textual forms of learned ids -> placeholder
 	table    []string          // header of the table being read, nil outside one
 	inLeases bool              // inside "found N leases" output
+	extra    []IDRule          // the current Normalize call's extra rules
 }
 
 type literal struct{ old, new string }
@@ -128,6 +134,7 @@ func (n *Normalizer) Normalize(text string, extra ...IDRule) string {
 	for _, l := range n.literals {
 		text = strings.ReplaceAll(text, l.old, l.new)
 	}
+	n.extra = extra
 	for _, re := range extra {
 		text = replaceGroup(re, text, n.hexID)
 	}
@@ -136,8 +143,29 @@ func (n *Normalizer) Normalize(text string, extra ...IDRule) string {
 	for i, ln := range lines {
 		lines[i] = n.line(ln)
 	}
+	sortRuns(lines, reCheckLine)
 	text = strings.Join(lines, "\n")
 	return n.sweep(text)
+}
+
+// reCheckLine is a /readyz or /livez ?verbose check line. etcd runs its
+// checks from a map, so their order is unspecified; runs of them are sorted.
+var reCheckLine = regexp.MustCompile(`^\[[+-]\]\w+ `)
+
+// sortRuns sorts each run of consecutive lines matching re, in place.
+func sortRuns(lines []string, re *regexp.Regexp) {
+	for i := 0; i < len(lines); {
+		j := i
+		for j < len(lines) && re.MatchString(lines[j]) {
+			j++
+		}
+		if j > i {
+			sort.Strings(lines[i:j])
+			i = j
+		} else {
+			i++
+		}
+	}
 }
 
 var (
@@ -221,7 +249,20 @@ func (n *Normalizer) line(ln string) string {
 	ln = replaceGroup(reMember, ln, n.hexID)
 	ln = replaceGroup(reAlarm, ln, n.decID)
 	ln = reRemaining.ReplaceAllString(ln, "remaining(<ttl>)")
+	ln = sortAttached(ln)
 	return scrubText(ln)
+}
+
+var reAttached = regexp.MustCompile(`attached keys\(\[([^\]]*)\]\)`)
+
+// sortAttached sorts timetolive's attached keys: the lessor keeps them in a
+// map, so their order is unspecified.
+func sortAttached(ln string) string {
+	return replaceGroup(reAttached, ln, func(keys string) string {
+		f := strings.Fields(keys)
+		sort.Strings(f)
+		return strings.Join(f, " ")
+	})
 }
 
 // isBorder matches table rules in both of etcdctl's styles: ASCII
@@ -377,6 +418,10 @@ func (n *Normalizer) jsonValue(key string, v any) any {
 		for i, e := range x {
 			x[i] = n.jsonValue(key, e)
 		}
+		if key == "keys" {
+			// Attached keys of a lease: unordered (see sortAttached).
+			sort.Slice(x, func(i, j int) bool { return fmt.Sprint(x[i]) < fmt.Sprint(x[j]) })
+		}
 		return x
 	case json.Number:
 		if jsonIDKeys[key] && x.String() != "0" {
@@ -398,9 +443,33 @@ func (n *Normalizer) jsonValue(key string, v any) any {
 		if key == "version" || key == "etcdserver" {
 			return majorMinor(x)
 		}
+		if key == "took" {
+			return "<dur>"
+		}
+		if key == "key" && len(n.extra) > 0 {
+			return n.base64Key(x)
+		}
 		return x
 	}
 	return v
+}
+
+// base64Key applies the caller's id rules inside a base64 key (JSON output
+// encodes keys), rendering a masked key as "text:" plus the masked text.
+func (n *Normalizer) base64Key(k string) string {
+	raw, err := base64.StdEncoding.DecodeString(k)
+	if err != nil {
+		return k
+	}
+	text := string(raw)
+	masked := text
+	for _, re := range n.extra {
+		masked = replaceGroup(re, masked, n.hexID)
+	}
+	if masked == text {
+		return k
+	}
+	return "text:" + masked
 }
 
 func majorMinor(v string) string {
