@@ -21,6 +21,7 @@ func scenarios() []scenario {
 		maintenanceScenario(),
 		httpScenario(),
 		quotaScenario(),
+		authScenario(),
 	}
 }
 
