@@ -125,7 +125,8 @@ type side struct {
 	norm  *harness.Normalizer
 	vars  map[string]string
 	bg    map[string]*harness.Proc
-	out   strings.Builder // the normalized transcript
+	bgCmd map[string]string // command line of each background command
+	out   strings.Builder   // the normalized transcript
 }
 
 var reVar = regexp.MustCompile(`\$\{(\w+)\}`)
@@ -148,10 +149,11 @@ func startSide(t *testing.T, label, bin string, b *harness.Bins, sc scenario) *s
 	}
 	s := &side{
 		label: label, srv: srv, bins: b, dir: dir,
-		ctl:  &harness.Ctl{Bin: b.Etcdctl, Endpoints: []string{srv.ClientURL}},
-		norm: harness.NewNormalizer(),
-		vars: map[string]string{"dir": dir, "client": srv.ClientURL, "metrics": srv.MetricsURL},
-		bg:   map[string]*harness.Proc{},
+		ctl:   &harness.Ctl{Bin: b.Etcdctl, Endpoints: []string{srv.ClientURL}},
+		norm:  harness.NewNormalizer(),
+		vars:  map[string]string{"dir": dir, "client": srv.ClientURL, "metrics": srv.MetricsURL},
+		bg:    map[string]*harness.Proc{},
+		bgCmd: map[string]string{},
 	}
 	s.norm.Literal(dir, "<dir>")
 	s.norm.Literal(srv.ClientURL, "<client>")
@@ -202,6 +204,7 @@ func (s *side) exec(t *testing.T, st step) string {
 			t.Fatalf("%s: start %s: %v", s.label, st.name, err)
 		}
 		s.bg[st.bg] = p
+		s.bgCmd[st.bg] = "etcdctl " + shellJoin(st.ctl) + " &"
 		return ""
 	case st.stop != "":
 		p := s.bg[st.stop]
@@ -217,7 +220,7 @@ func (s *side) exec(t *testing.T, st step) string {
 			t.Logf("%s: %s: condition not met after 10s", s.label, st.name)
 		}
 		r := p.Stop(3 * time.Second)
-		return s.record(st, "(stop "+st.stop+")", r, st.exit)
+		return s.record(st, s.bgCmd[st.stop]+" (then stopped)", r, st.exit)
 	case st.wait != "":
 		p := s.bg[st.wait]
 		if p == nil {
