@@ -1,5 +1,12 @@
 package e2e
 
+import (
+	"strings"
+	"testing"
+
+	"github.com/strata-db/strata/e2e/harness"
+)
+
 // Issue 7's differential auth sequence: users, roles and a prefix
 // permission, auth enable, then what each identity may do, then auth
 // disable.
@@ -62,4 +69,94 @@ func authScenario() scenario {
 		c("anonymous get after disable", "get", "--prefix", "/", "-w", "json"),
 		c("auth status after disable", "auth", "status"),
 	}}
+}
+
+// tlsScenario is issue 7's TLS and CN-auth part with kubeadm's client-side
+// flags: https client URL, --client-cert-auth, a trusted CA; clients with
+// a certificate from that CA get in, others do not; with auth enabled the
+// certificate's common name is the user.
+func tlsScenario() scenario {
+	tls := []string{"--cacert=${ca}", "--cert=${rootcert}", "--key=${rootkey}"}
+	withTLS := func(name string, args ...string) step {
+		return step{name: name, ctl: append(append([]string{}, tls...), args...)}
+	}
+	fast := []string{"--dial-timeout=500ms", "--command-timeout=1s"}
+	return scenario{
+		name:   "tls",
+		scheme: "https",
+		flags: []string{
+			"--cert-file=${servercert}", "--key-file=${serverkey}",
+			"--trusted-ca-file=${ca}", "--client-cert-auth=true",
+		},
+		prepare: func(t *testing.T, dir string) map[string]string {
+			ca, err := harness.NewCA(dir, "good")
+			if err != nil {
+				t.Fatal(err)
+			}
+			other, err := harness.NewCA(dir, "other")
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := map[string]string{"ca": ca.CertPath, "otherca": other.CertPath}
+			for _, c := range []struct {
+				ca       *harness.CA
+				file, cn string
+			}{
+				{ca, "server", "server"}, {ca, "root", "root"}, {ca, "alice", "alice"}, {other, "stranger", "root"},
+			} {
+				cert, key, err := c.ca.Issue(c.file, c.cn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				v[c.file+"cert"], v[c.file+"key"] = cert, key
+			}
+			return v
+		},
+		steps: []step{
+			withTLS("put over mTLS", "put", "k", "v"),
+			withTLS("get over mTLS", "get", "k", "-w", "json"),
+			withTLS("endpoint health over mTLS", "endpoint", "health"),
+			withTLS("member list over mTLS", "member", "list"),
+			refused("no client certificate", append(fast, "--cacert=${ca}", "get", "k")...),
+			refused("certificate from another CA", append(fast, "--cacert=${ca}", "--cert=${strangercert}", "--key=${strangerkey}", "get", "k")...),
+			refused("server not trusted by the client", append(fast, "--cacert=${otherca}", "--cert=${rootcert}", "--key=${rootkey}", "get", "k")...),
+			refused("plain http to the https port", append(fast, "--endpoints=${plainclient}", "get", "k")...),
+			curlTLSStep("curl /health with a client certificate", "/health", "--cacert", "${ca}", "--cert", "${rootcert}", "--key", "${rootkey}"),
+			func() step {
+				st := curlTLSStep("curl /health without a client certificate", "/health", "--cacert", "${ca}")
+				st.refusal = true
+				return st
+			}(),
+			{name: "metrics port /livez", show: "curl ${metrics}/livez", run: func(t *testing.T, s *side) harness.Result {
+				return curl(s.srv.MetricsURL+"/livez", "")
+			}},
+			withTLS("user add root", "user", "add", "root", "--new-user-password=rootpw"),
+			withTLS("user add alice", "user", "add", "alice", "--new-user-password=alicepw"),
+			withTLS("auth enable", "auth", "enable"),
+			withTLS("CN root: write without a password", "put", "k", "v2"),
+			c("CN alice (no role): denied", "--cacert=${ca}", "--cert=${alicecert}", "--key=${alicekey}", "put", "k", "v3"),
+			c("password overrides CN", "--cacert=${ca}", "--cert=${alicecert}", "--key=${alicekey}", "--user=root:rootpw", "get", "k"),
+			withTLS("auth disable", "auth", "disable"),
+		},
+	}
+}
+
+// refused is an etcdctl step expected to fail at the connection level.
+func refused(name string, args ...string) step {
+	return step{name: name, ctl: args, refusal: true}
+}
+
+// curlTLSStep is an HTTPS GET on the client port with extra curl flags.
+func curlTLSStep(name, path string, flags ...string) step {
+	return step{
+		name: name,
+		show: "curl " + strings.Join(flags, " ") + " " + path,
+		run: func(t *testing.T, s *side) harness.Result {
+			args := make([]string, len(flags))
+			for i, f := range flags {
+				args[i] = s.expand(f)
+			}
+			return curlArgs(s.expand("${client}"+path), "", args...)
+		},
+	}
 }

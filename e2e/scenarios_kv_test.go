@@ -22,6 +22,7 @@ func scenarios() []scenario {
 		httpScenario(),
 		quotaScenario(),
 		authScenario(),
+		tlsScenario(),
 	}
 }
 

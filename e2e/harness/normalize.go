@@ -358,8 +358,11 @@ func (n *Normalizer) zapLine(ln string) string {
 			keep[k] = v
 		}
 	}
-	b, _ := json.Marshal(keep)
-	return scrubText(string(b))
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(keep)
+	return scrubText(strings.TrimRight(buf.String(), "\n"))
 }
 
 // jsonText masks a JSON document by key and re-renders it compactly with
