@@ -41,14 +41,15 @@ type Backend struct {
 
 	state atomic.Pointer[readState]
 
-	commitMu    sync.Mutex
-	committedCI atomic.Uint64 // consistent index in the page store
-	commitErr   atomic.Pointer[error]
-	kick        chan struct{}
-	stop        chan struct{}
-	done        chan struct{}
-	commitHook  func(time.Duration)
-	commits     atomic.Uint64
+	commitMu     sync.Mutex
+	committedCI  atomic.Uint64 // consistent index in the page store
+	pendingBytes atomic.Int64  // bytes written but not yet committed
+	commitErr    atomic.Pointer[error]
+	kick         chan struct{}
+	stop         chan struct{}
+	done         chan struct{}
+	commitHook   func(time.Duration)
+	commits      atomic.Uint64
 }
 
 // batch is one group of writes committed together.
@@ -57,6 +58,7 @@ type batch struct {
 	ops     []bucketOp
 	ci      uint64
 	term    uint64
+	bytes   int64 // key and value bytes written, for PendingBytes
 }
 
 // keyRec is a record of the key bucket: a revision and its encoded
@@ -166,12 +168,16 @@ func (b *Backend) BeginWrite() *WriteTx {
 func (w *WriteTx) PutKeyRecord(rev Revision, tombstone bool, value []byte) {
 	c := w.b.cur
 	c.keyRecs = append(c.keyRecs, keyRec{rev: rev, tombstone: tombstone, value: value})
+	c.bytes += int64(markedRevKeyLen + len(value))
+	w.b.pendingBytes.Add(int64(markedRevKeyLen + len(value)))
 	w.nRecs++
 }
 
 // Put writes key=value into bucket. The slices must not change afterwards.
 func (w *WriteTx) Put(bucket, key, value []byte) {
 	w.b.cur.ops = append(w.b.cur.ops, bucketOp{bucket: bucket, key: key, value: value})
+	w.b.cur.bytes += int64(len(key) + len(value))
+	w.b.pendingBytes.Add(int64(len(key) + len(value)))
 }
 
 // Delete deletes key from bucket.
@@ -317,12 +323,19 @@ func (b *Backend) commit() error {
 		b.commitHook(d)
 	}
 	b.committedCI.Store(todo[len(todo)-1].ci)
+	for _, bt := range todo {
+		b.pendingBytes.Add(-bt.bytes)
+	}
 	b.batchMu.Lock()
 	b.uncommitted = b.uncommitted[len(todo):]
 	b.publishLocked()
 	b.batchMu.Unlock()
 	return nil
 }
+
+// PendingBytes is the size of writes not yet committed to the page store,
+// which the quota adds to the page store's bytes in use.
+func (b *Backend) PendingBytes() int64 { return b.pendingBytes.Load() }
 
 // LastCommitError returns the error of the last failed commit, or nil once
 // a commit succeeds again.

@@ -67,9 +67,18 @@ func (a *applier) applyNormal(idx, term uint64, data []byte) {
 }
 
 func (a *applier) dispatch(idx, term uint64, req *pb.InternalRaftRequest) applyResult {
-	kv := a.s.kv
+	s := a.s
+	kv := s.kv
 	var r applyResult
+	if s.cappedByAlarm(req) {
+		kv.ApplyNoop(idx, term)
+		return applyResult{err: errNoSpace}
+	}
 	switch {
+	case req.Alarm != nil:
+		w := s.be.BeginWrite()
+		r.resp = s.alarms.apply(w, req.Alarm)
+		w.End(idx, term)
 	case req.Put != nil:
 		r.resp, r.err = kv.Put(idx, term, req.Put)
 	case req.DeleteRange != nil:

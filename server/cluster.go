@@ -76,7 +76,10 @@ func (c *clusterServer) MemberList(ctx context.Context, r *pb.MemberListRequest)
 			return nil, toGRPCError(err)
 		}
 	}
-	resp := &pb.MemberListResponse{Header: c.s.header(0)}
+	// etcd's cluster responses carry no revision.
+	h := c.s.header(0)
+	h.Revision = 0
+	resp := &pb.MemberListResponse{Header: h}
 	for _, m := range c.s.members.list() {
 		resp.Members = append(resp.Members, m.pb())
 	}

@@ -34,7 +34,7 @@ func (s *Server) httpHandler(full bool) http.Handler {
 func (s *Server) handleVersion(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(map[string]string{
-		"etcdserver": EtcdVersion, "etcdcluster": ClusterVersion, "strata": Version,
+		"etcdserver": EtcdVersion, "etcdcluster": ClusterVersion, "storage": ClusterVersion, "strata": Version,
 	})
 }
 

@@ -61,6 +61,9 @@ func readErr(ctx context.Context, err error) error {
 
 // propose sends req through raft and waits for its apply result.
 func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (applyResult, error) {
+	if err := s.checkQuota(req); err != nil {
+		return applyResult{}, err
+	}
 	id := s.reqIDs.next()
 	req.Header = &pb.RequestHeader{ID: id}
 	data, err := proto.Marshal(req)

@@ -48,6 +48,8 @@ type Server struct {
 
 	id, cluster uint64
 	members     *members
+	alarms      *alarms
+	downgrade   downgradeState
 
 	db      *pagestore.DB
 	be      *mvcc.Backend
@@ -102,6 +104,10 @@ func New(cfg *config.Config, lg *slog.Logger) (_ *Server, err error) {
 		return nil, err
 	}
 	if s.kv, err = mvcc.OpenStore(s.be, mvcc.StoreConfig{Logger: lg}); err != nil {
+		return nil, err
+	}
+	s.alarms = newAlarms()
+	if err := s.alarms.load(s.db); err != nil {
 		return nil, err
 	}
 	if err := s.bootstrapIDs(); err != nil {

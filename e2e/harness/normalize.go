@@ -396,11 +396,19 @@ var jsonMask = map[string]string{
 	"dbSize": "<size>", "dbSizeInUse": "<size>",
 	"db_size": "<size>", "db_size_in_use": "<size>",
 	"hash": "<hash>",
+	// etcd moves its storage version from 3.5.0 to the cluster version a
+	// few seconds after start, so two etcd runs differ by timing alone.
+	"storageVersion": "<storage-version>", "storage_version": "<storage-version>",
 }
 
 func (n *Normalizer) jsonValue(key string, v any) any {
 	switch x := v.(type) {
 	case map[string]any:
+		if _, ok := x["etcdserver"]; ok {
+			// /version: Strata adds its own version under "strata" (a
+			// documented addition; clients read the etcd keys).
+			delete(x, "strata")
+		}
 		_, hasGranted := x["grantedTTL"]
 		_, hasGranted2 := x["granted-ttl"]
 		// Sorted, so ids are numbered in the same order on both sides.
@@ -489,6 +497,8 @@ var columnMask = map[string]string{
 	"DB SIZE": "<size>", "IN USE": "<size>", "PERCENTAGE NOT IN USE": "<pct>",
 	"HASH":    "<hash>",
 	"VERSION": "semver",
+	// See storageVersion in jsonMask.
+	"STORAGE VERSION": "<storage-version>",
 }
 
 // row masks the cells of one table or simple-format row by the header of
