@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/pprof"
 	"time"
@@ -12,8 +13,12 @@ import (
 
 // httpHandler serves the HTTP endpoints of the client port (full) or of a
 // --listen-metrics-urls listener (metrics and health only).
-func (s *Server) httpHandler(full bool) http.Handler {
+func (s *Server) httpHandler(full bool, gw http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	if gw != nil {
+		mux.Handle("/v3/", gw)
+		mux.Handle("/v3beta/", gw)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/health", s.handleHealth)
 	mux.HandleFunc("/livez", s.handleLivez)
@@ -33,9 +38,10 @@ func (s *Server) httpHandler(full bool) http.Handler {
 
 func (s *Server) handleVersion(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(map[string]string{
+	b, _ := json.Marshal(map[string]string{
 		"etcdserver": EtcdVersion, "etcdcluster": ClusterVersion, "storage": ClusterVersion, "strata": Version,
 	})
+	w.Write(b)
 }
 
 // healthCheck reports whether the member can serve: it has a leader and
@@ -64,7 +70,8 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if ok {
 		health = "true"
 	}
-	json.NewEncoder(w).Encode(map[string]string{"health": health, "reason": reason})
+	b, _ := json.Marshal(map[string]string{"health": health, "reason": reason})
+	w.Write(b)
 }
 
 func (s *Server) handleLivez(w http.ResponseWriter, r *http.Request) {
@@ -74,14 +81,22 @@ func (s *Server) handleLivez(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	s.writeProbe(w, r, []probe{
 		{"data_corruption", func() error { return nil }},
-		{"serializable_read", func() error { return nil }},
 		{"linearizable_read", func() error {
 			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 			defer cancel()
 			return s.linearizableRead(ctx)
 		}},
+		{"non_learner", func() error {
+			if m := s.members.get(s.id); m != nil && m.IsLearner {
+				return errLearner
+			}
+			return nil
+		}},
+		{"serializable_read", func() error { return nil }},
 	})
 }
+
+var errLearner = errors.New("this member is a learner")
 
 type probe struct {
 	name  string
@@ -111,15 +126,14 @@ func (s *Server) writeProbe(w http.ResponseWriter, r *http.Request, probes []pro
 		}
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	name := r.URL.Path[1:]
 	if failed {
 		w.WriteHeader(http.StatusServiceUnavailable)
-		w.Write(append(out, name+" check failed\n"...))
+		w.Write(append(out, "failed\n"...))
 		return
 	}
 	if verbose {
-		w.Write(append(out, name+" check passed\n"...))
+		w.Write(append(out, "ok\n"...))
 		return
 	}
-	w.Write([]byte("ok"))
+	w.Write([]byte("ok\n"))
 }

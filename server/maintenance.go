@@ -157,11 +157,11 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, srv pb.Maintenance_S
 		}
 		sent += int64(n)
 		h.Write(buf[:n])
-		if err := srv.Send(&pb.SnapshotResponse{Header: s.header(0), RemainingBytes: uint64(total - sent), Blob: buf[:n]}); err != nil {
+		if err := srv.Send(&pb.SnapshotResponse{Header: s.header(0), RemainingBytes: uint64(total - sent), Blob: buf[:n], Version: ClusterVersion}); err != nil {
 			return err
 		}
 	}
-	return srv.Send(&pb.SnapshotResponse{Header: s.header(0), Blob: h.Sum(nil)})
+	return srv.Send(&pb.SnapshotResponse{Header: s.header(0), Blob: h.Sum(nil), Version: ClusterVersion})
 }
 
 func (m *maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {

@@ -69,7 +69,12 @@ func (s *Server) Serve() error {
 		}
 		mux := newMuxListener(l, tc)
 		go s.grpc.Serve(mux.grpcL)
-		hsrv := &http.Server{Handler: s.httpHandler(true), ReadHeaderTimeout: 10 * time.Second}
+		gw, err := s.newGateway(l.Addr().String(), tc)
+		if err != nil {
+			s.stopListeners()
+			return err
+		}
+		hsrv := &http.Server{Handler: s.httpHandler(true, gw), ReadHeaderTimeout: 10 * time.Second}
 		s.httpSrv = append(s.httpSrv, hsrv)
 		go hsrv.Serve(mux.httpL)
 		if tc == nil {
@@ -88,7 +93,7 @@ func (s *Server) Serve() error {
 		if u.Scheme == "https" {
 			l = tls.NewListener(l, clientTLS)
 		}
-		hsrv := &http.Server{Handler: s.httpHandler(false), ReadHeaderTimeout: 10 * time.Second}
+		hsrv := &http.Server{Handler: s.httpHandler(false, nil), ReadHeaderTimeout: 10 * time.Second}
 		s.httpSrv = append(s.httpSrv, hsrv)
 		go hsrv.Serve(l)
 		s.lg.Info("serving metrics", "address", u.String())

@@ -140,9 +140,16 @@ func (n *Normalizer) Normalize(text string, extra ...IDRule) string {
 	}
 	lines := strings.Split(text, "\n")
 	n.table, n.inLeases = nil, false
-	for i, ln := range lines {
-		lines[i] = n.line(ln)
+	kept := lines[:0]
+	for _, ln := range lines {
+		// "snapshot save" prints the server's storage version only once
+		// etcd has set it, a few seconds after start (see storageVersion).
+		if strings.HasPrefix(ln, "Server version ") {
+			continue
+		}
+		kept = append(kept, n.line(ln))
 	}
+	lines = kept
 	sortRuns(lines, reCheckLine)
 	text = strings.Join(lines, "\n")
 	return n.sweep(text)
