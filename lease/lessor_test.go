@@ -70,7 +70,10 @@ func TestGrantTTLRules(t *testing.T) {
 func TestRenewRules(t *testing.T) {
 	clk := newFakeClock()
 	e := newEnv(t, Config{MinTTL: 1, now: clk.now})
-	ctx := context.Background()
+	// Bounded, so that a Renew that never wakes fails the test instead of
+	// hanging it.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	e.grant(1, 10)
 	if _, err := e.le.Renew(ctx, 1); !errors.Is(err, ErrNotPrimary) {
 		t.Fatalf("Renew on a non-primary: %v, want ErrNotPrimary", err)
