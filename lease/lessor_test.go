@@ -251,3 +251,18 @@ func TestRecordEncodingMatchesLeasepb(t *testing.T) {
 		t.Error("a truncated record decoded without error")
 	}
 }
+
+func TestLeasesOrder(t *testing.T) {
+	clk := newFakeClock()
+	e := newEnv(t, Config{now: clk.now})
+	e.grant(5, 10)
+	e.grant(3, 30)
+	e.grant(4, 20)
+	if got := e.le.Leases(); !slices.Equal(got, []int64{3, 4, 5}) {
+		t.Fatalf("Leases() on a non-primary = %v, want by ID [3 4 5]", got)
+	}
+	e.le.Promote(0)
+	if got := e.le.Leases(); !slices.Equal(got, []int64{5, 4, 3}) {
+		t.Fatalf("Leases() on the primary = %v, want soonest expiry first [5 4 3]", got)
+	}
+}
