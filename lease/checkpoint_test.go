@@ -133,3 +133,27 @@ func TestCheckpointUnknownLease(t *testing.T) {
 		t.Fatalf("consistent index %d, want %d", e.be.ConsistentIndex(), e.ci)
 	}
 }
+
+// A lease whose clock still shows its full TTL (here: extended by Promote)
+// needs no checkpoint: restarting it from the full TTL loses nothing.
+func TestCheckpointSkipsFullTTL(t *testing.T) {
+	clk := newFakeClock()
+	var apply sync.Mutex
+	e := newEnv(t, Config{now: clk.now, tick: 5 * time.Millisecond, CheckpointInterval: 10 * time.Second})
+	cp := &raftCheckpointer{e: e, apply: &apply}
+	e.le.SetCheckpointer(cp.propose)
+	apply.Lock()
+	e.grant(1, 100)
+	apply.Unlock()
+	e.le.Promote(10 * time.Second) // lease 1: 110 s left
+	apply.Lock()
+	e.grant(2, 100) // granted on the primary: 100 s left
+	apply.Unlock()
+	clk.advance(10 * time.Second)
+	calls := cp.waitCalls(t, 1)
+	time.Sleep(20 * time.Millisecond)
+	calls = cp.calls()
+	if len(calls) != 1 || len(calls[0]) != 1 || calls[0][0].ID != 2 || calls[0][0].Remaining_TTL != 90 {
+		t.Fatalf("checkpoints %v, want only lease 2 at 90", calls)
+	}
+}
