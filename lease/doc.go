@@ -68,6 +68,26 @@
 //	lessor, _ := lease.Open(be, lease.Config{MinTTL: lease.MinTTL(election, heartbeat)})
 //	store, _ := mvcc.OpenStore(be, mvcc.StoreConfig{Leases: lessor})
 //
+// # Server flows
+//
+//   - Grant: the RPC handler picks a random positive ID if the request
+//     has none, proposes LeaseGrant; apply calls Grant(ci, term, id, ttl)
+//     and answers with the TTL it returns.
+//   - Revoke: propose LeaseRevoke; apply calls RevokeAndDelete(ci, term,
+//     id, store), whose revision goes in the response header.
+//   - KeepAlive: on the leader, Renew(ctx, id) per request; ErrLeaseNotFound
+//     is answered as TTL 0, ErrNotPrimary means "not the leader".
+//   - TimeToLive: TimeToLive(id, keys); ErrLeaseNotFound is answered as
+//     TTL -1; Info.TTLSeconds is the TTL field, Info.TTL the granted one.
+//   - Expiry: a server goroutine reads ExpiredLeasesC and, while it still
+//     is the leader, proposes a LeaseRevoke per ID.
+//   - Leadership: Promote(election timeout) once the new leader has
+//     applied its first entry of the term (etcd uses the empty entry);
+//     Demote when leadership is lost.
+//   - Checkpoints: SetCheckpointer with a function that proposes a
+//     LeaseCheckpointRequest and waits for it to apply; apply calls
+//     Checkpoint(ci, term, req.Checkpoints).
+//
 // # Locking
 //
 // One RWMutex guards the lease map, every lease's fields and the two time
