@@ -13,7 +13,7 @@ FUZZTIME ?= 30s
 
 # Differential scenarios (e2e/scenarios_*_test.go) that strata must pass
 # against real etcd 3.7; the rest are added as their APIs land.
-E2E_SCENARIOS ?= kv|maintenance|quota|http
+E2E_SCENARIOS ?= kv|maintenance|quota|http|lease
 
 all: build
 
@@ -38,7 +38,7 @@ unit:
 	$(GO) test -count=1 -timeout 15m ./...
 
 # Short fuzz runs of every fuzz target (package:Func); each runs FUZZTIME.
-FUZZ_TARGETS := wal:FuzzDecodeRecord
+FUZZ_TARGETS := wal:FuzzDecodeRecord lease:FuzzRecordDecode
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \

@@ -85,6 +85,17 @@ func (a *applier) dispatch(idx, term uint64, req *pb.InternalRaftRequest) applyR
 		r.resp, r.err = kv.DeleteRange(idx, term, req.DeleteRange)
 	case req.Txn != nil:
 		r.resp, r.err = kv.Txn(idx, term, req.Txn)
+	case req.LeaseGrant != nil:
+		var ttl int64
+		ttl, r.err = s.lessor.Grant(idx, term, req.LeaseGrant.ID, req.LeaseGrant.TTL)
+		r.resp = &pb.LeaseGrantResponse{ID: req.LeaseGrant.ID, TTL: ttl}
+	case req.LeaseRevoke != nil:
+		var rev int64
+		rev, r.err = s.lessor.RevokeAndDelete(idx, term, req.LeaseRevoke.ID, kv)
+		r.resp = &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: rev}}
+	case req.LeaseCheckpoint != nil:
+		s.lessor.Checkpoint(idx, term, req.LeaseCheckpoint.Checkpoints)
+		r.resp = &pb.LeaseCheckpointResponse{}
 	case req.Compaction != nil:
 		var resp *pb.CompactionResponse
 		resp, r.done, r.err = kv.Compact(idx, term, req.Compaction)

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/strata-db/strata/lease"
 	"github.com/strata-db/strata/mvcc"
 	"github.com/strata-db/strata/raft"
 )
@@ -41,6 +42,10 @@ func toGRPCError(err error) error {
 		return rpctypes.ErrGRPCKeyNotFound
 	case errors.Is(err, mvcc.ErrLeaseNotFound):
 		return rpctypes.ErrGRPCLeaseNotFound
+	case errors.Is(err, lease.ErrLeaseExists):
+		return rpctypes.ErrGRPCLeaseExist
+	case errors.Is(err, lease.ErrLeaseTTLTooLarge):
+		return rpctypes.ErrGRPCLeaseTTLTooLarge
 	case errors.Is(err, errRequestTooLarge):
 		return rpctypes.ErrGRPCRequestTooLarge
 	case errors.Is(err, errNoSpace):

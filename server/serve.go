@@ -52,6 +52,7 @@ func (s *Server) Serve() error {
 	pb.RegisterKVServer(s.grpc, &kvServer{s: s})
 	pb.RegisterMaintenanceServer(s.grpc, &maintenanceServer{s: s})
 	pb.RegisterClusterServer(s.grpc, &clusterServer{s: s})
+	pb.RegisterLeaseServer(s.grpc, &leaseServer{s: s})
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(s.grpc, hs)
@@ -98,6 +99,7 @@ func (s *Server) Serve() error {
 		go hsrv.Serve(l)
 		s.lg.Info("serving metrics", "address", u.String())
 	}
+	go s.runLeases()
 	go func() {
 		s.waitReady()
 		select {

@@ -25,6 +25,7 @@ import (
 	etcdraft "go.etcd.io/raft/v3"
 	"google.golang.org/grpc"
 
+	"github.com/strata-db/strata/lease"
 	"github.com/strata-db/strata/mvcc"
 	"github.com/strata-db/strata/pagestore"
 	"github.com/strata-db/strata/raft"
@@ -54,6 +55,7 @@ type Server struct {
 	db      *pagestore.DB
 	be      *mvcc.Backend
 	kv      *mvcc.Store
+	lessor  *lease.Lessor
 	node    *raft.Node
 	applier *applier
 	wait    *waitRegistry
@@ -103,7 +105,13 @@ func New(cfg *config.Config, lg *slog.Logger) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.kv, err = mvcc.OpenStore(s.be, mvcc.StoreConfig{Logger: lg}); err != nil {
+	s.lessor, err = lease.Open(s.be, lease.Config{
+		MinTTL: lease.MinTTL(cfg.ElectionTimeout(), cfg.HeartbeatInterval()), Logger: lg})
+	if err != nil {
+		return nil, err
+	}
+	s.lessor.SetCheckpointer(s.checkpointLeases)
+	if s.kv, err = mvcc.OpenStore(s.be, mvcc.StoreConfig{Logger: lg, Leases: s.lessor}); err != nil {
 		return nil, err
 	}
 	s.alarms = newAlarms()
@@ -269,6 +277,9 @@ func (s *Server) Done() <-chan struct{} { return s.done }
 
 func (s *Server) closeStorage() error {
 	var errs []error
+	if s.lessor != nil {
+		s.lessor.Stop()
+	}
 	if s.kv != nil {
 		errs = append(errs, s.kv.Close())
 	}
