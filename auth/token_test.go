@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"go.etcd.io/etcd/api/v3/authpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"github.com/golang-jwt/jwt/v5"
 )
 
 func TestAuthenticateFlowSimpleToken(t *testing.T) {
