@@ -81,10 +81,10 @@ func (s *Store) IsDeleteRangePermitted(ai *AuthInfo, key, rangeEnd []byte) error
 	return s.isOpPermitted(ai, key, rangeEnd, permWrite)
 }
 
-// IsAdminPermitted checks that the user holds the root role, as needed by
-// auth management, Compact-free maintenance (defragment, alarm, snapshot,
-// move leader, hash) and membership RPCs. Like etcd it does not check the
-// auth revision.
+// IsAdminPermitted checks that the user holds the root role, as etcd
+// requires for auth management and for the maintenance (Defragment,
+// Alarm, Snapshot, Hash, HashKV, MoveLeader, Downgrade) and membership
+// RPCs. Like etcd it does not check the auth revision.
 func (s *Store) IsAdminPermitted(ai *AuthInfo) error {
 	st := s.load()
 	if !st.enabled {
@@ -203,6 +203,18 @@ func (s *Store) IsTxnPermitted(ai *AuthInfo, rt *pb.TxnRequest, leaseKeys LeaseK
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// RequireUser is etcd's check for Status and Alarm GET: any identified
+// caller will do while auth is enabled.
+func (s *Store) RequireUser(ai *AuthInfo) error {
+	if !s.IsAuthEnabled() {
+		return nil
+	}
+	if ai == nil || ai.Username == "" {
+		return ErrUserEmpty
 	}
 	return nil
 }

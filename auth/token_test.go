@@ -17,6 +17,8 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"go.etcd.io/etcd/api/v3/authpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/strata-db/strata/server/config"
 )
 
 func TestAuthenticateFlowSimpleToken(t *testing.T) {
@@ -306,5 +308,24 @@ func TestParseTokenOptions(t *testing.T) {
 	}
 	if _, err := tp.assign("u", 1, "p", 1); err != ErrAuthFailed {
 		t.Errorf("--auth-token '' must refuse to issue tokens: %v", err)
+	}
+}
+
+// TestTokenOptionsMatchConfig keeps TokenOptions convertible from the
+// config package's parsed --auth-token, and the two parsers in agreement.
+func TestTokenOptionsMatchConfig(t *testing.T) {
+	const spec = "jwt,pub-key=a.pem,priv-key=b.pem,sign-method=RS512,ttl=3m"
+	c := &config.Config{AuthToken: spec}
+	co, err := c.AuthTokenOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := ParseTokenOptions(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conv := TokenOptions(co); conv.Type != o.Type || conv.SignMethod != o.SignMethod ||
+		conv.PubKeyFile != o.PubKeyFile || conv.PrivKeyFile != o.PrivKeyFile || conv.TTL != o.TTL {
+		t.Fatalf("config %+v, auth %+v", conv, o)
 	}
 }
