@@ -2,6 +2,7 @@ package auth
 
 import (
 	"bytes"
+	"encoding/binary"
 	"os"
 	"slices"
 	"testing"
@@ -10,6 +11,9 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-db/strata/pagestore"
 )
 
 func TestUserOps(t *testing.T) {
@@ -287,7 +291,48 @@ func TestPersistenceAcrossReopen(t *testing.T) {
 		t.Fatalf("password after reopen: %v", err)
 	}
 	// The stored records are etcd's authpb encoding under etcd's names.
-	e2.must(e2.be.ForceCommit())
+	e2.must(e2.db.View(func(tx *pagestore.Tx) error {
+		ab, err := tx.Bucket([]byte("auth"))
+		if err != nil {
+			return err
+		}
+		en, _ := ab.Get([]byte("authEnabled"))
+		rv, _ := ab.Get([]byte("authRevision"))
+		if !bytes.Equal(en, []byte{1}) || len(rv) != 8 || binary.BigEndian.Uint64(rv) != rev {
+			t.Errorf("auth bucket: authEnabled=%x authRevision=%x", en, rv)
+		}
+		ub, err := tx.Bucket([]byte("authUsers"))
+		if err != nil {
+			return err
+		}
+		raw, err := ub.Get([]byte("u"))
+		if err != nil {
+			return err
+		}
+		var u authpb.User
+		if err := proto.Unmarshal(raw, &u); err != nil {
+			return err
+		}
+		if string(u.Name) != "u" || !slices.Equal(u.Roles, []string{"r"}) || !bytes.HasPrefix(u.Password, []byte("$2a$04$")) || u.Options == nil {
+			t.Errorf("stored user = %v", &u)
+		}
+		rb, err := tx.Bucket([]byte("authRoles"))
+		if err != nil {
+			return err
+		}
+		raw, err = rb.Get([]byte("r"))
+		if err != nil {
+			return err
+		}
+		var r authpb.Role
+		if err := proto.Unmarshal(raw, &r); err != nil {
+			return err
+		}
+		if len(r.KeyPermission) != 1 || string(r.KeyPermission[0].Key) != "a" || string(r.KeyPermission[0].RangeEnd) != "c" {
+			t.Errorf("stored role = %v", &r)
+		}
+		return nil
+	}))
 }
 
 func TestNoPlaintextPasswordOnDisk(t *testing.T) {

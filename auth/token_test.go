@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
@@ -160,6 +161,9 @@ func TestJWTTokens(t *testing.T) {
 	ecKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	ecPrivDER, _ := x509.MarshalECPrivateKey(ecKey)
 	ecPriv := writePEM(t, dir, "ec.key", "EC PRIVATE KEY", ecPrivDER)
+	_, edKey, _ := ed25519.GenerateKey(rand.Reader)
+	edPrivDER, _ := x509.MarshalPKCS8PrivateKey(edKey)
+	edPriv := writePEM(t, dir, "ed.key", "PRIVATE KEY", edPrivDER)
 	hmacSecret := filepath.Join(dir, "hmac.key")
 	if err := os.WriteFile(hmacSecret, []byte("0123456789abcdef0123456789abcdef"), 0o600); err != nil {
 		t.Fatal(err)
@@ -170,6 +174,7 @@ func TestJWTTokens(t *testing.T) {
 		"PS384": "jwt,priv-key=" + rsaPriv + ",sign-method=PS384",
 		"ES256": "jwt,priv-key=" + ecPriv + ",sign-method=ES256,ttl=1m",
 		"HS256": "jwt,priv-key=" + hmacSecret + ",sign-method=HS256,ttl=1m",
+		"EdDSA": "jwt,priv-key=" + edPriv + ",sign-method=EdDSA,ttl=1m",
 	}
 	for name, spec := range specs {
 		t.Run(name, func(t *testing.T) {
