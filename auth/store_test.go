@@ -380,3 +380,38 @@ func TestToGRPCError(t *testing.T) {
 		t.Error("nil must stay nil")
 	}
 }
+
+// TestUnpreparedPasswordIsHashedAtApply covers log entries from a proposer
+// that skipped PrepareUserAdd (etcd < 3.5): apply hashes, so the page
+// store still never holds the plaintext.
+func TestUnpreparedPasswordIsHashedAtApply(t *testing.T) {
+	e := newEnv(t)
+	s := e.s
+	e.must(e.apply(func(w Writer) error {
+		_, err := s.UserAdd(w, &pb.AuthUserAddRequest{Name: "root", Password: "plain-old"})
+		return err
+	}))
+	e.must(e.grantRole("root", "root"))
+	e.must(e.apply(func(w Writer) error {
+		_, err := s.UserAdd(w, &pb.AuthUserAddRequest{Name: "nopw", Options: &authpb.UserAddOptions{NoPassword: true}})
+		return err
+	}))
+	e.must(e.enable())
+	if _, err := s.CheckPassword("root", "plain-old"); err != nil {
+		t.Fatal(err)
+	}
+	if u := s.load().users["root"]; bytes.Contains(u.Password, []byte("plain-old")) {
+		t.Fatal("plaintext stored")
+	}
+	if u := s.load().users["nopw"]; u.Password != nil || !u.Options.NoPassword {
+		t.Fatalf("no-password user = %v", u)
+	}
+	// A no-password user stays so across a password change.
+	e.must(e.apply(func(w Writer) error {
+		_, err := s.UserChangePassword(w, &pb.AuthUserChangePasswordRequest{Name: "nopw", HashedPassword: "aGFzaA=="})
+		return err
+	}))
+	if u := s.load().users["nopw"]; u.Password != nil {
+		t.Fatal("no-password user got a password")
+	}
+}
