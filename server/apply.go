@@ -74,6 +74,16 @@ func (a *applier) dispatch(idx, term uint64, req *pb.InternalRaftRequest) applyR
 		kv.ApplyNoop(idx, term)
 		return applyResult{err: errNoSpace}
 	}
+	if err := s.applyAuthCheck(req); err != nil {
+		kv.ApplyNoop(idx, term)
+		return applyResult{err: err}
+	}
+	w := s.be.BeginWrite()
+	resp, handled, err := s.auth.Apply(w, idx, req)
+	w.End(idx, term)
+	if handled {
+		return applyResult{resp: resp, err: err}
+	}
 	switch {
 	case req.Alarm != nil:
 		w := s.be.BeginWrite()

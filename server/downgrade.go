@@ -40,6 +40,9 @@ func validTarget(v string) bool {
 
 func (m *maintenanceServer) Downgrade(ctx context.Context, r *pb.DowngradeRequest) (*pb.DowngradeResponse, error) {
 	s := m.s
+	if err := s.checkAdmin(ctx); err != nil {
+		return nil, err
+	}
 	d := &s.downgrade
 	switch r.Action {
 	case pb.DowngradeRequest_VALIDATE, pb.DowngradeRequest_ENABLE:

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/strata-db/strata/auth"
 	"github.com/strata-db/strata/lease"
 	"github.com/strata-db/strata/mvcc"
 	"github.com/strata-db/strata/raft"
@@ -56,6 +57,11 @@ func toGRPCError(err error) error {
 		return rpctypes.ErrGRPCStopped
 	case errors.Is(err, errNoLeader), errors.Is(err, raft.ErrNoLeader), errors.Is(err, raft.ErrProposalDropped):
 		return rpctypes.ErrGRPCNoLeader
+	}
+	if ge := auth.ToGRPCError(err); ge != nil {
+		if st, ok := status.FromError(ge); ok && st.Code() != codes.Unknown {
+			return ge
+		}
 	}
 	return status.Error(codes.Unknown, err.Error())
 }

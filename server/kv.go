@@ -8,6 +8,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/strata-db/strata/auth"
 	"github.com/strata-db/strata/mvcc"
 	"github.com/strata-db/strata/raft"
 )
@@ -61,11 +62,20 @@ func readErr(ctx context.Context, err error) error {
 
 // propose sends req through raft and waits for its apply result.
 func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (applyResult, error) {
+	return s.proposeAs(ctx, req, nil)
+}
+
+// proposeAs proposes req on behalf of the caller ai (nil: the server
+// itself), whose name and auth revision apply checks again.
+func (s *Server) proposeAs(ctx context.Context, req *pb.InternalRaftRequest, ai *auth.AuthInfo) (applyResult, error) {
 	if err := s.checkQuota(req); err != nil {
 		return applyResult{}, err
 	}
 	id := s.reqIDs.next()
 	req.Header = &pb.RequestHeader{ID: id}
+	if ai != nil {
+		req.Header.Username, req.Header.AuthRevision = ai.Username, ai.Revision
+	}
 	data, err := proto.Marshal(req)
 	if err != nil {
 		return applyResult{}, err
@@ -109,6 +119,13 @@ func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 		return nil, err
 	}
 	s := k.s
+	ai, err := s.authInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.auth.IsRangePermitted(ai, r.Key, r.RangeEnd); err != nil {
+		return nil, auth.ToGRPCError(err)
+	}
 	if !r.Serializable {
 		if err := s.linearizableRead(ctx); err != nil {
 			return nil, toGRPCError(err)
@@ -127,7 +144,14 @@ func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, 
 	if err := checkPutRequest(r); err != nil {
 		return nil, err
 	}
-	res, err := k.s.propose(ctx, &pb.InternalRaftRequest{Put: r})
+	ai, err := k.s.authInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := k.s.auth.IsPutRequestPermitted(ai, r, k.s.leaseKeys); err != nil {
+		return nil, auth.ToGRPCError(err)
+	}
+	res, err := k.s.proposeAs(ctx, &pb.InternalRaftRequest{Put: r}, ai)
 	if err == nil {
 		err = res.err
 	}
@@ -144,7 +168,14 @@ func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 	if err := checkDeleteRequest(r); err != nil {
 		return nil, err
 	}
-	res, err := k.s.propose(ctx, &pb.InternalRaftRequest{DeleteRange: r})
+	ai, err := k.s.authInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := k.s.auth.IsDeleteRangeRequestPermitted(ai, r); err != nil {
+		return nil, auth.ToGRPCError(err)
+	}
+	res, err := k.s.proposeAs(ctx, &pb.InternalRaftRequest{DeleteRange: r}, ai)
 	if err == nil {
 		err = res.err
 	}
@@ -180,6 +211,13 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 		return nil, err
 	}
 	s.metrics.txnTotal.Inc()
+	ai, err := s.authInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.auth.IsTxnPermitted(ai, r, s.leaseKeys); err != nil {
+		return nil, auth.ToGRPCError(err)
+	}
 	if mvcc.IsTxnReadOnly(r) {
 		if !isTxnSerializable(r) {
 			if err := s.linearizableRead(ctx); err != nil {
@@ -193,7 +231,7 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 		s.fill(resp.Header)
 		return resp, nil
 	}
-	res, err := s.propose(ctx, &pb.InternalRaftRequest{Txn: r})
+	res, err := s.proposeAs(ctx, &pb.InternalRaftRequest{Txn: r}, ai)
 	if err == nil {
 		err = res.err
 	}
@@ -206,7 +244,14 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 }
 
 func (k *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
-	res, err := k.s.propose(ctx, &pb.InternalRaftRequest{Compaction: r})
+	ai, err := k.s.authInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := k.s.auth.IsAdminPermitted(ai); err != nil {
+		return nil, auth.ToGRPCError(err)
+	}
+	res, err := k.s.proposeAs(ctx, &pb.InternalRaftRequest{Compaction: r}, ai)
 	if err == nil {
 		err = res.err
 	}

@@ -9,6 +9,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
+	"github.com/strata-db/strata/auth"
 	"github.com/strata-db/strata/lease"
 )
 
@@ -46,7 +47,16 @@ func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (
 
 func (l *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
 	s := l.s
-	res, err := s.propose(ctx, &pb.InternalRaftRequest{LeaseRevoke: r})
+	ai, err := s.authInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if keys := s.leaseKeys(r.ID); keys != nil {
+		if err := s.auth.IsLeaseKeysPermitted(ai, keys); err != nil {
+			return nil, auth.ToGRPCError(err)
+		}
+	}
+	res, err := s.proposeAs(ctx, &pb.InternalRaftRequest{LeaseRevoke: r}, ai)
 	if err == nil {
 		err = res.err
 	}

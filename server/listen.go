@@ -24,6 +24,10 @@ const sniffTimeout = 10 * time.Second
 type muxListener struct {
 	inner     net.Listener
 	tlsConfig *tls.Config
+	// serveH2, when set (TLS listeners), serves HTTP/2 connections itself:
+	// over TLS, curl and browsers negotiate h2 too, so HTTP/2 there is
+	// split by content type rather than handed to gRPC whole.
+	serveH2   func(net.Conn)
 	grpcL     *chanListener
 	httpL     *chanListener
 	closeOnce sync.Once
@@ -61,6 +65,10 @@ func (m *muxListener) route(c net.Conn) {
 	c.SetReadDeadline(time.Time{})
 	pc := &peekedConn{Conn: c, r: br}
 	if err == nil && bytes.Equal(head, http2Preface) {
+		if m.serveH2 != nil {
+			m.serveH2(pc)
+			return
+		}
 		m.grpcL.deliver(pc)
 		return
 	}

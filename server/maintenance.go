@@ -61,6 +61,9 @@ func (m *maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.
 	if r.Action == pb.AlarmRequest_GET {
 		return &pb.AlarmResponse{Header: s.header(0), Alarms: s.alarms.list()}, nil
 	}
+	if err := s.checkAdmin(ctx); err != nil {
+		return nil, err
+	}
 	res, err := s.propose(ctx, &pb.InternalRaftRequest{Alarm: r})
 	if err == nil {
 		err = res.err
@@ -77,6 +80,9 @@ func (m *maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.
 // file's tail into holes in small steps while requests keep being served,
 // then the file is truncated. It returns when done, as etcd's does.
 func (m *maintenanceServer) Defragment(ctx context.Context, r *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
+	if err := m.s.checkAdmin(ctx); err != nil {
+		return nil, err
+	}
 	s := m.s
 	start := time.Now()
 	before := s.db.Stats()
@@ -109,6 +115,9 @@ func (m *maintenanceServer) Defragment(ctx context.Context, r *pb.DefragmentRequ
 }
 
 func (m *maintenanceServer) Hash(ctx context.Context, r *pb.HashRequest) (*pb.HashResponse, error) {
+	if err := m.s.checkAdmin(ctx); err != nil {
+		return nil, err
+	}
 	h, rev, err := m.s.kv.Hash()
 	if err != nil {
 		return nil, toGRPCError(err)
@@ -117,6 +126,9 @@ func (m *maintenanceServer) Hash(ctx context.Context, r *pb.HashRequest) (*pb.Ha
 }
 
 func (m *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
+	if err := m.s.checkAdmin(ctx); err != nil {
+		return nil, err
+	}
 	h, rev, err := m.s.kv.HashKV(r.Revision)
 	if err != nil {
 		return nil, toGRPCError(err)
@@ -131,6 +143,9 @@ const snapshotChunk = 32 * 1024
 // SHA-256, which etcdctl checks: the stream's size is the file size (a
 // multiple of the page size, so of 512) plus 32.
 func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, srv pb.Maintenance_SnapshotServer) error {
+	if err := m.s.checkAdmin(srv.Context()); err != nil {
+		return err
+	}
 	s := m.s
 	if err := s.be.ForceCommit(); err != nil {
 		return toGRPCError(err)
@@ -165,6 +180,9 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, srv pb.Maintenance_S
 }
 
 func (m *maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
+	if err := m.s.checkAdmin(ctx); err != nil {
+		return nil, err
+	}
 	s := m.s
 	if !s.node.IsLeader() {
 		return nil, rpctypes.ErrGRPCNotLeader

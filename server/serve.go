@@ -13,6 +13,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -44,6 +45,10 @@ func (s *Server) Serve() error {
 		if clientTLS, err = s.cfg.ClientTLS(); err != nil {
 			return err
 		}
+		// gRPC clients require ALPN to select h2; HTTP/1.1 clients
+		// (curl, the gateway's users) negotiate http/1.1.
+		clientTLS = clientTLS.Clone()
+		clientTLS.NextProtos = []string{"h2", "http/1.1"}
 		// TLS is terminated by the mux listener; gRPC sees the state
 		// through the connection for peer authentication.
 		opts = append(opts, grpc.Creds(handshakeDone{}))
@@ -53,6 +58,7 @@ func (s *Server) Serve() error {
 	pb.RegisterMaintenanceServer(s.grpc, &maintenanceServer{s: s})
 	pb.RegisterClusterServer(s.grpc, &clusterServer{s: s})
 	pb.RegisterLeaseServer(s.grpc, &leaseServer{s: s})
+	pb.RegisterAuthServer(s.grpc, &authServer{s: s})
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(s.grpc, hs)
@@ -75,7 +81,19 @@ func (s *Server) Serve() error {
 			s.stopListeners()
 			return err
 		}
-		hsrv := &http.Server{Handler: s.httpHandler(true, gw), ReadHeaderTimeout: 10 * time.Second}
+		handler := s.httpHandler(true, gw)
+		if tc != nil {
+			h2 := &http2.Server{}
+			split := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+					s.grpc.ServeHTTP(w, r)
+					return
+				}
+				handler.ServeHTTP(w, r)
+			})
+			mux.serveH2 = func(c net.Conn) { h2.ServeConn(c, &http2.ServeConnOpts{Handler: split}) }
+		}
+		hsrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 		s.httpSrv = append(s.httpSrv, hsrv)
 		go hsrv.Serve(mux.httpL)
 		if tc == nil {
@@ -182,5 +200,3 @@ func (handshakeDone) Info() credentials.ProtocolInfo {
 }
 func (h handshakeDone) Clone() credentials.TransportCredentials { return h }
 func (handshakeDone) OverrideServerName(string) error           { return nil }
-
-var _ = strings.TrimSpace

@@ -25,6 +25,7 @@ import (
 	etcdraft "go.etcd.io/raft/v3"
 	"google.golang.org/grpc"
 
+	"github.com/strata-db/strata/auth"
 	"github.com/strata-db/strata/lease"
 	"github.com/strata-db/strata/mvcc"
 	"github.com/strata-db/strata/pagestore"
@@ -56,6 +57,7 @@ type Server struct {
 	be      *mvcc.Backend
 	kv      *mvcc.Store
 	lessor  *lease.Lessor
+	auth    *auth.Store
 	node    *raft.Node
 	applier *applier
 	wait    *waitRegistry
@@ -111,6 +113,9 @@ func New(cfg *config.Config, lg *slog.Logger) (_ *Server, err error) {
 		return nil, err
 	}
 	s.lessor.SetCheckpointer(s.checkpointLeases)
+	if err := s.openAuth(); err != nil {
+		return nil, err
+	}
 	if s.kv, err = mvcc.OpenStore(s.be, mvcc.StoreConfig{Logger: lg, Leases: s.lessor}); err != nil {
 		return nil, err
 	}
