@@ -193,30 +193,50 @@ func (s *WatchableStore) victimLoop() {
 	}
 }
 
+// victimChunk is how many victims retryVictims serves per hold of mu, so
+// that thousands of parked watchers never keep apply waiting for long.
+const victimChunk = 256
+
 // retryVictims tries to deliver every victim's parked events and returns
 // how many victims are left. A delivered victim rejoins the synced group,
 // or the unsynced one if revisions went by while it was parked.
 func (s *WatchableStore) retryVictims() int {
 	s.mu.Lock()
+	list := make([]*watcher, 0, len(s.victims))
+	for w := range s.victims {
+		list = append(list, w)
+	}
+	s.mu.Unlock()
+	for len(list) > 0 {
+		n := min(len(list), victimChunk)
+		s.mu.Lock()
+		unsynced := false
+		for _, w := range list[:n] {
+			vb := s.victims[w]
+			if vb == nil {
+				continue // canceled meanwhile
+			}
+			if !w.trySend(WatchResponse{WatchID: w.id, Events: vb.evs, Revision: vb.rev}) {
+				continue
+			}
+			delete(s.victims, w)
+			if w.minRev > s.notified {
+				w.state = stateSynced
+				s.synced.add(w)
+			} else {
+				w.state = stateUnsynced
+				s.unsynced.add(w)
+				unsynced = true
+			}
+		}
+		if unsynced {
+			kick(s.syncKick)
+		}
+		s.publishCountsLocked()
+		s.mu.Unlock()
+		list = list[n:]
+	}
+	s.mu.Lock()
 	defer s.mu.Unlock()
-	unsynced := false
-	for w, vb := range s.victims {
-		if !w.trySend(WatchResponse{WatchID: w.id, Events: vb.evs, Revision: vb.rev}) {
-			continue
-		}
-		delete(s.victims, w)
-		if w.minRev > s.notified {
-			w.state = stateSynced
-			s.synced.add(w)
-		} else {
-			w.state = stateUnsynced
-			s.unsynced.add(w)
-			unsynced = true
-		}
-	}
-	if unsynced {
-		kick(s.syncKick)
-	}
-	s.publishCountsLocked()
 	return len(s.victims)
 }
