@@ -24,6 +24,11 @@ type watchTestStore struct {
 
 func openWatchStore(t testing.TB, wcfg WatchConfig) *watchTestStore {
 	t.Helper()
+	return openWatchStoreCfg(t, StoreConfig{}, wcfg)
+}
+
+func openWatchStoreCfg(t testing.TB, scfg StoreConfig, wcfg WatchConfig) *watchTestStore {
+	t.Helper()
 	db, err := pagestore.Open(filepath.Join(t.TempDir(), "db"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +39,7 @@ func openWatchStore(t testing.TB, wcfg WatchConfig) *watchTestStore {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewWatchableStore(be, StoreConfig{}, wcfg)
+	s, err := NewWatchableStore(be, scfg, wcfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -345,3 +345,77 @@ func TestWatchFragment(t *testing.T) {
 		t.Fatalf("unfragmented watch split in %d", len(parts))
 	}
 }
+
+// TestWatchSlowReceiver: a stream nobody reads does not block apply and
+// does not delay another stream; once read, it gets every event in order.
+func TestWatchSlowReceiver(t *testing.T) {
+	ts := openWatchStore(t, WatchConfig{ChanSize: 8})
+	slow, fast := ts.NewWatchStream(), ts.NewWatchStream()
+	defer slow.Close()
+	defer fast.Close()
+	const n = 2000
+	sid := mustWatch(t, slow, WatchRequest{Key: []byte("s/"), End: []byte("s0")})
+	for i := 0; i < 3; i++ { // more watchers on the slow stream, so it fills faster
+		mustWatch(t, slow, WatchRequest{Key: []byte(fmt.Sprintf("s/%d", i))})
+	}
+	fid := mustWatch(t, fast, WatchRequest{Key: []byte("s/"), End: []byte("s0")})
+	fastEvents := make(chan []*mvccpb.Event, 1)
+	go func() {
+		var evs []*mvccpb.Event
+		for len(evs) < n {
+			r, ok := <-fast.Chan()
+			if !ok || r.WatchID != fid {
+				break
+			}
+			evs = append(evs, r.Events...)
+		}
+		fastEvents <- evs
+	}()
+	var maxPut time.Duration
+	for i := 0; i < n; i++ {
+		t0 := time.Now()
+		ts.put(fmt.Sprintf("s/%d", i%5), fmt.Sprint(i))
+		maxPut = max(maxPut, time.Since(t0))
+	}
+	// The fast stream has everything while the slow one has not been read.
+	var evs []*mvccpb.Event
+	select {
+	case evs = <-fastEvents:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fast stream is held up by the slow one")
+	}
+	checkOrder(t, evs, 2, n)
+	if ts.SlowWatcherTotal() == 0 {
+		t.Fatal("no slow watchers while a stream is not read")
+	}
+	t.Logf("longest put with a stuck stream: %v; slow watchers: %d", maxPut, ts.SlowWatcherTotal())
+	var got []*mvccpb.Event
+	for len(got) < n {
+		r := recv(t, slow)
+		if r.WatchID == sid {
+			got = append(got, r.Events...)
+		}
+	}
+	checkOrder(t, got, 2, n)
+	deadline := time.Now().Add(5 * time.Second)
+	for ts.SlowWatcherTotal() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("slow watchers stay at %d", ts.SlowWatcherTotal())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// checkOrder checks that evs are n events at consecutive revisions from
+// first.
+func checkOrder(t *testing.T, evs []*mvccpb.Event, first int64, n int) {
+	t.Helper()
+	if len(evs) != n {
+		t.Fatalf("got %d events, want %d", len(evs), n)
+	}
+	for i, e := range evs {
+		if e.Kv.ModRevision != first+int64(i) {
+			t.Fatalf("event %d at revision %d, want %d", i, e.Kv.ModRevision, first+int64(i))
+		}
+	}
+}
