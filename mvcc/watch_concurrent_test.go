@@ -3,6 +3,7 @@ package mvcc
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,7 +36,7 @@ func TestWatchConcurrent(t *testing.T) {
 			pe := &mvccpb.Event{Type: e.Type, Kv: e.KV}
 			hist = append(hist, histEvent{rev: rev, text: fmtEvent(pe), key: e.KV.Key})
 		}
-	}}, WatchConfig{SyncBatchRevs: 50, ChanSize: 16})
+	}}, WatchConfig{SyncBatchRevs: 100, ChanSize: 16})
 
 	const ops = 3000
 	key := func(r *rand.Rand) string { return fmt.Sprintf("c/%02d", r.IntN(16)) }
@@ -62,8 +63,17 @@ func TestWatchConcurrent(t *testing.T) {
 					return
 				}
 			}
-			if i%300 == 0 {
+			if i%100 == 0 {
 				time.Sleep(time.Millisecond)
+			}
+			if i%1000 == 999 {
+				// Compaction races catch-up reads: a watcher below it must
+				// get a compacted response, after a correct prefix.
+				ts.ci++
+				if _, _, err := ts.Compact(ts.ci, 1, &pb.CompactionRequest{Revision: ts.Rev() - 800}); err != nil {
+					t.Error(err)
+					return
+				}
 			}
 		}
 	}()
@@ -71,8 +81,9 @@ func TestWatchConcurrent(t *testing.T) {
 	type record struct {
 		req      WatchRequest
 		from     int64
-		events   []string
-		canceled bool
+		events    []string
+		canceled  bool
+		compacted int64
 	}
 	type streamState struct {
 		mu   sync.Mutex
@@ -106,6 +117,8 @@ func TestWatchConcurrent(t *testing.T) {
 					if rec.req.StartRev == 0 {
 						rec.from = r.Revision + 1
 					}
+				case r.CompactRevision != 0:
+					rec.compacted = r.CompactRevision
 				case r.Canceled:
 					rec.canceled = true
 				}
@@ -139,7 +152,7 @@ func TestWatchConcurrent(t *testing.T) {
 					req.Key, req.End = []byte("c/04"), []byte("c/11")
 				}
 				if r.IntN(2) == 0 {
-					req.StartRev = 1 + r.Int64N(ts.Rev())
+					req.StartRev = max(1, ts.Rev()-r.Int64N(500))
 				}
 				// Hold the lock across Watch so that the created response
 				// finds the request.
@@ -194,7 +207,7 @@ func TestWatchConcurrent(t *testing.T) {
 		for si, st := range states {
 			st.mu.Lock()
 			for id, rec := range st.recs {
-				if !rec.canceled && len(rec.events) < len(expect(rec)) {
+				if !rec.canceled && rec.compacted == 0 && len(rec.events) < len(expect(rec)) {
 					behind = fmt.Sprintf("stream %d watch %d has %d of %d events", si, id, len(rec.events), len(expect(rec)))
 				}
 			}
@@ -212,12 +225,23 @@ func TestWatchConcurrent(t *testing.T) {
 		ws.Close()
 	}
 	consumers.Wait()
-	n := 0
+	n, compacted := 0, 0
 	for si, st := range states {
 		for id, rec := range st.recs {
 			want := expect(rec)
-			if rec.canceled && len(rec.events) <= len(want) {
+			if (rec.canceled || rec.compacted != 0) && len(rec.events) <= len(want) {
 				want = want[:len(rec.events)]
+			}
+			if rec.compacted != 0 {
+				compacted++
+				// It was behind the compaction when told so.
+				next := rec.from
+				if len(want) > 0 {
+					next = revOf(want[len(want)-1]) + 1
+				}
+				if next >= rec.compacted {
+					t.Fatalf("stream %d watch %d: compacted at %d although it needed only revisions from %d", si, id, rec.compacted, next)
+				}
 			}
 			if len(rec.events) != len(want) {
 				t.Fatalf("stream %d watch %d (%+v from %d, canceled %v): %d events, want %d", si, id, rec.req, rec.from, rec.canceled, len(rec.events), len(want))
@@ -230,5 +254,13 @@ func TestWatchConcurrent(t *testing.T) {
 			n++
 		}
 	}
-	t.Logf("%d watchers checked over %d revisions", n, ts.Rev())
+	t.Logf("%d watchers checked over %d revisions, %d of them compacted", n, ts.Rev(), compacted)
+}
+
+// revOf parses the revision out of a fmtEvent string.
+func revOf(s string) int64 {
+	var rev int64
+	at := strings.LastIndexByte(s, '@')
+	fmt.Sscanf(s[at+1:], "%d", &rev)
+	return rev
 }

@@ -32,6 +32,7 @@ type scaleResult struct {
 	slowDone         time.Duration
 	deliveries       int64
 	maxPut           time.Duration // longest single put (apply) call
+	puts             []time.Duration
 	slowWatchersSeen int64         // peak SlowWatcherTotal during the puts
 }
 
@@ -166,7 +167,9 @@ func runWatchScale(t testing.TB, c scaleConfig) scaleResult {
 		putAt[rev].Store(time.Now().UnixNano())
 		t0 := time.Now()
 		ts.put(k, "v")
-		res.maxPut = max(res.maxPut, time.Since(t0))
+		d := time.Since(t0)
+		res.maxPut = max(res.maxPut, d)
+		res.puts = append(res.puts, d)
 		res.slowWatchersSeen = max(res.slowWatchersSeen, ts.SlowWatcherTotal())
 		keyOf = append(keyOf, k)
 	}

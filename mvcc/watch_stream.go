@@ -131,8 +131,8 @@ type streamMsg struct {
 // watch ID -1 and Canceled if it failed), before any event of the new
 // watcher. A successful Cancel yields one canceled response, after which
 // nothing more comes for that watcher. A watcher below the compacted
-// revision gets one response with CompactRevision and Canceled set, and
-// the stream forgets it.
+// revision gets one response with CompactRevision and Canceled set and
+// gets nothing more; as in etcd, its ID stays taken until it is canceled.
 type WatchStream struct {
 	s    *WatchableStore
 	in   chan streamMsg     // the store's non-blocking sends; never closed
@@ -276,16 +276,6 @@ func (ws *WatchStream) Close() {
 	<-ws.exit
 }
 
-// forgetCompacted drops a compacted watcher from the stream, unless its
-// ID was already canceled and reused.
-func (ws *WatchStream) forgetCompacted(w *watcher) {
-	ws.mu.Lock()
-	if ws.watchers[w.id] == w {
-		delete(ws.watchers, w.id)
-	}
-	ws.mu.Unlock()
-}
-
 // fwdWatcher is the forwarder's view of a live watcher.
 type fwdWatcher struct {
 	// quiet is etcd's progress flag: no events were sent since the last
@@ -347,8 +337,9 @@ func (ws *WatchStream) forward() {
 					continue // canceled after the store sent it
 				}
 				if m.resp.CompactRevision != 0 {
+					// The watch is over, but as in etcd its ID stays taken
+					// until the client cancels it.
 					delete(live, m.w)
-					ws.forgetCompacted(m.w)
 				}
 				if len(m.resp.Events) > 0 {
 					fw.quiet = false

@@ -67,8 +67,9 @@ func (s *WatchableStore) syncRound() (remaining int, progressed bool) {
 	s.unsynced.each(func(w *watcher) {
 		if w.minRev < compactRev {
 			// etcd's answer to a watch below the compacted revision: the
-			// compact revision, and the watch is over.
-			r := WatchResponse{WatchID: w.id, Revision: target, CompactRevision: compactRev, Canceled: true}
+			// compact revision, and the watch is over. etcd leaves the
+			// header revision of this response at 0, and so do we.
+			r := WatchResponse{WatchID: w.id, CompactRevision: compactRev, Canceled: true}
 			if w.trySend(r) {
 				compacted = append(compacted, w)
 			}

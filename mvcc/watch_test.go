@@ -152,14 +152,22 @@ func TestWatchCompacted(t *testing.T) {
 	ts.compact(6)
 	ws := ts.NewWatchStream()
 	defer ws.Close()
-	id := mustWatch(t, ws, WatchRequest{Key: []byte("c"), StartRev: 3})
+	id := mustWatch(t, ws, WatchRequest{ID: 7, Key: []byte("c"), StartRev: 3})
 	r := recv(t, ws)
-	if r.WatchID != id || r.CompactRevision != 6 || !r.Canceled || len(r.Events) != 0 {
+	if r.WatchID != id || r.CompactRevision != 6 || !r.Canceled || len(r.Events) != 0 || r.Revision != 0 {
 		t.Fatalf("compacted watch: %s", fmtResp(r))
 	}
-	// The stream forgot it: the ID is free again.
-	if err := ws.Cancel(id); !errors.Is(err, ErrWatcherNotExist) {
+	waitFor(t, "no watchers after compaction", func() bool { return ts.WatcherTotal() == 0 })
+	// As in etcd, the ID stays taken until the client cancels it.
+	if _, err := ws.Watch(WatchRequest{ID: id, Key: []byte("c")}); !errors.Is(err, ErrWatcherDuplicateID) {
+		t.Fatalf("reuse of a compacted watch's ID: %v", err)
+	}
+	recv(t, ws)
+	if err := ws.Cancel(id); err != nil {
 		t.Fatalf("cancel of compacted watch: %v", err)
+	}
+	if r := recv(t, ws); r.WatchID != id || !r.Canceled || r.CompactRevision != 0 {
+		t.Fatalf("cancel response: %s", fmtResp(r))
 	}
 	// At the compacted revision itself is fine.
 	ok := mustWatch(t, ws, WatchRequest{Key: []byte("c"), StartRev: 6})
@@ -282,13 +290,7 @@ func TestWatchRequestProgress(t *testing.T) {
 			t.Fatalf("event %d: %s", i, fmtEvent(e))
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !ws.RequestProgress() {
-		if time.Now().After(deadline) {
-			t.Fatal("stream never synced again")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, "the stream synced again", ws.RequestProgress)
 	if r := recv(t, ws); r.WatchID != InvalidWatchID || r.Revision != 42 {
 		t.Fatalf("progress after catching up: %s", fmtResp(r))
 	}
@@ -397,13 +399,7 @@ func TestWatchSlowReceiver(t *testing.T) {
 		}
 	}
 	checkOrder(t, got, 2, n)
-	deadline := time.Now().Add(5 * time.Second)
-	for ts.SlowWatcherTotal() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("slow watchers stay at %d", ts.SlowWatcherTotal())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, "no slow watchers", func() bool { return ts.SlowWatcherTotal() == 0 })
 }
 
 // checkOrder checks that evs are n events at consecutive revisions from
