@@ -79,8 +79,8 @@ func TestWatchConcurrent(t *testing.T) {
 	}()
 
 	type record struct {
-		req      WatchRequest
-		from     int64
+		req       WatchRequest
+		from      int64
 		events    []string
 		canceled  bool
 		compacted int64

@@ -33,7 +33,7 @@ type scaleResult struct {
 	deliveries       int64
 	maxPut           time.Duration // longest single put (apply) call
 	puts             []time.Duration
-	slowWatchersSeen int64         // peak SlowWatcherTotal during the puts
+	slowWatchersSeen int64 // peak SlowWatcherTotal during the puts
 }
 
 func scaleKey(i int) string { return fmt.Sprintf("key/%03d", i) }
