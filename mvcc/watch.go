@@ -48,6 +48,25 @@ package mvcc
 // not on the apply goroutine), and sends periodic progress notifications.
 // See watch_stream.go.
 //
+// # Serving a gRPC Watch stream
+//
+// The server's handler needs no bookkeeping of its own:
+//
+//	ws := store.NewWatchStream()
+//	defer ws.Close()
+//	// receive loop:
+//	//   create   -> ws.Watch(mvcc.WatchRequestFromProto(c)) (the created
+//	//               response, or the created-and-canceled one, comes on Chan)
+//	//   cancel   -> ws.Cancel(mvcc.WatchID(id)) (the canceled response comes on Chan)
+//	//   progress -> ws.RequestProgress()
+//	// send loop:
+//	for r := range ws.Chan() {
+//		for _, m := range r.Proto(header, maxRequestBytes) { send(m) }
+//	}
+//
+// Responses come in the order the client must see them: a watcher's
+// created response before its events, nothing after its canceled one.
+//
 // # Locks
 //
 // Lock order: WatchStream.mu before WatchableStore.mu. The store never

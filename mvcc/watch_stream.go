@@ -176,13 +176,14 @@ func (ws *WatchStream) Rev() int64 { return ws.s.Rev() }
 // ErrEmptyWatcherRange, ErrWatcherDuplicateID, ErrWatchStreamClosed (not
 // reported on Chan).
 func (ws *WatchStream) Watch(r WatchRequest) (WatchID, error) {
-	key := r.Key
+	// Copies: the watcher outlives the request's buffers.
+	key := bytes.Clone(r.Key)
 	if len(key) == 0 {
 		key = []byte{0} // "\x00" is the smallest key, as etcd
 	}
 	var end []byte // nil: the single key; empty non-nil: every key >= key
 	if len(r.End) > 0 {
-		end = rangeEnd(r.End)
+		end = bytes.Clone(rangeEnd(r.End))
 	}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()

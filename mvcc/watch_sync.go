@@ -64,7 +64,11 @@ func (s *WatchableStore) syncRound() (remaining int, progressed bool) {
 	var chosen []syncTarget
 	var compacted []*watcher
 	from := int64(math.MaxInt64)
-	s.unsynced.each(func(w *watcher) {
+	// Visit at most SyncBatchWatchers watchers, so that choosing is as
+	// bounded as serving; map order varies, so every watcher gets its turn.
+	visited := 0
+	s.unsynced.each(func(w *watcher) bool {
+		visited++
 		if w.minRev < compactRev {
 			// etcd's answer to a watch below the compacted revision: the
 			// compact revision, and the watch is over. etcd leaves the
@@ -72,13 +76,12 @@ func (s *WatchableStore) syncRound() (remaining int, progressed bool) {
 			r := WatchResponse{WatchID: w.id, CompactRevision: compactRev, Canceled: true}
 			if w.trySend(r) {
 				compacted = append(compacted, w)
-			}
-			return // a full channel: retried next round
-		}
-		if len(chosen) < s.cfg.SyncBatchWatchers {
+			} // else a full channel: retried next round
+		} else {
 			chosen = append(chosen, syncTarget{w: w, minRev: w.minRev})
 			from = min(from, w.minRev)
 		}
+		return visited < s.cfg.SyncBatchWatchers
 	})
 	for _, w := range compacted {
 		s.unsynced.remove(w)

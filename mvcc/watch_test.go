@@ -388,6 +388,12 @@ func TestWatchSlowReceiver(t *testing.T) {
 	}
 	checkOrder(t, evs, 2, n)
 	if ts.SlowWatcherTotal() == 0 {
+		ts.mu.Lock()
+		for _, w := range slow.watchers {
+			t.Logf("watcher %d state %d minRev %d notified %d victims %d", w.id, w.state, w.minRev, ts.notified, len(ts.victims))
+		}
+		ts.mu.Unlock()
+		t.Logf("in %d out %d", len(slow.in), len(slow.out))
 		t.Fatal("no slow watchers while a stream is not read")
 	}
 	t.Logf("longest put with a stuck stream: %v; slow watchers: %d", maxPut, ts.SlowWatcherTotal())
@@ -414,4 +420,62 @@ func checkOrder(t *testing.T, evs []*mvccpb.Event, first int64, n int) {
 			t.Fatalf("event %d at revision %d, want %d", i, e.Kv.ModRevision, first+int64(i))
 		}
 	}
+}
+
+// TestWatchManyUnsynced serves more unsynced watchers than one round takes,
+// single keys and ranges alike, each from its own start revision.
+func TestWatchManyUnsynced(t *testing.T) {
+	ts := openWatchStore(t, WatchConfig{SyncBatchWatchers: 3, SyncBatchRevs: 7})
+	for i := 0; i < 60; i++ {
+		ts.put(fmt.Sprintf("u/%d", i%3), fmt.Sprint(i)) // revs 2..61
+	}
+	ws := ts.NewWatchStream()
+	defer ws.Close()
+	want := map[WatchID]int{}
+	for i := 0; i < 20; i++ {
+		start := int64(2 + 3*i)
+		req := WatchRequest{Key: []byte("u/0"), StartRev: start}
+		n := 0
+		for rev := start; rev <= 61; rev++ {
+			if i%2 == 1 || (rev-2)%3 == 0 {
+				n++
+			}
+		}
+		if i%2 == 1 {
+			req.End = []byte("u0")
+		}
+		id, err := ws.Watch(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[id] = n
+	}
+	got := map[WatchID][]*mvccpb.Event{}
+	total := 0
+	for _, n := range want {
+		total += n
+	}
+	for seen := 0; seen < total; {
+		r := recv(t, ws)
+		if r.Created {
+			if len(got[r.WatchID]) > 0 {
+				t.Fatalf("watch %d: created after its events", r.WatchID)
+			}
+			continue
+		}
+		got[r.WatchID] = append(got[r.WatchID], r.Events...)
+		seen += len(r.Events)
+	}
+	for id, n := range want {
+		evs := got[id]
+		if len(evs) != n {
+			t.Fatalf("watch %d: %d events, want %d", id, len(evs), n)
+		}
+		for i := 1; i < len(evs); i++ {
+			if evs[i].Kv.ModRevision <= evs[i-1].Kv.ModRevision {
+				t.Fatalf("watch %d out of order: %s", id, fmtEvents(evs))
+			}
+		}
+	}
+	waitFor(t, "every watcher synced", func() bool { return ts.SlowWatcherTotal() == 0 })
 }

@@ -99,6 +99,7 @@ type watcherGroup struct {
 	sorted []*rangeEntry // ranges by key; rebuilt on the next lookup after a change
 	dirty  bool
 	n      int
+	flip   bool // which kind each visits first
 }
 
 func newWatcherGroup() *watcherGroup {
@@ -159,18 +160,39 @@ func (g *watcherGroup) remove(w *watcher) bool {
 	return true
 }
 
-// each calls fn for every watcher in the group.
-func (g *watcherGroup) each(fn func(w *watcher)) {
+// each calls fn for every watcher in the group until fn returns false.
+// fn may remove the watcher it is given. Map order is random, and single
+// keys and ranges take turns going first, so a caller that stops early
+// still reaches every watcher over a few calls.
+func (g *watcherGroup) each(fn func(w *watcher) bool) {
+	g.flip = !g.flip
+	if g.flip {
+		_ = g.eachKey(fn) && g.eachRange(fn)
+	} else {
+		_ = g.eachRange(fn) && g.eachKey(fn)
+	}
+}
+
+func (g *watcherGroup) eachKey(fn func(w *watcher) bool) bool {
 	for _, set := range g.keys {
 		for w := range set {
-			fn(w)
+			if !fn(w) {
+				return false
+			}
 		}
 	}
+	return true
+}
+
+func (g *watcherGroup) eachRange(fn func(w *watcher) bool) bool {
 	for _, e := range g.ranges {
 		for w := range e.ws {
-			fn(w)
+			if !fn(w) {
+				return false
+			}
 		}
 	}
+	return true
 }
 
 // match calls fn for every watcher whose range holds key.
