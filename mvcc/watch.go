@@ -272,15 +272,29 @@ func (s *WatchableStore) notify(rev int64, events []Event) {
 			batches[w] = append(batches[w], pe)
 		})
 	}
-	victims := false
+	// One message per stream: a put that many watchers of a stream match
+	// costs apply one channel operation there, not one per watcher.
+	perStream := make(map[*WatchStream][]streamMsg, len(batches))
 	for w, evs := range batches {
 		w.minRev = rev + 1
-		if w.trySend(WatchResponse{WatchID: w.id, Events: evs, Revision: rev}) {
-			continue
+		perStream[w.stream] = append(perStream[w.stream], streamMsg{w: w, resp: WatchResponse{WatchID: w.id, Events: evs, Revision: rev}})
+	}
+	victims := false
+	for st, msgs := range perStream {
+		m := msgs[0]
+		if len(msgs) > 1 {
+			m = streamMsg{batch: msgs}
 		}
-		s.synced.remove(w)
-		w.state = stateVictim
-		s.victims[w] = &victimBatch{evs: evs, rev: rev}
+		select {
+		case st.in <- m:
+			continue
+		default:
+		}
+		for _, m := range msgs {
+			s.synced.remove(m.w)
+			m.w.state = stateVictim
+			s.victims[m.w] = &victimBatch{evs: m.resp.Events, rev: rev}
+		}
 		victims = true
 	}
 	if victims {

@@ -122,6 +122,10 @@ func FragmentResponse(wr *pb.WatchResponse, maxBytes int) []*pb.WatchResponse {
 type streamMsg struct {
 	w    *watcher
 	resp WatchResponse
+	// batch, if set, replaces w and resp: the responses of several
+	// watchers of the stream for one revision, sent as one message so
+	// that apply does one channel operation per stream, not per watcher.
+	batch []streamMsg
 }
 
 // WatchStream is a set of watchers whose responses share one ordered
@@ -323,6 +327,28 @@ func (ws *WatchStream) forward() {
 		}
 		return true
 	}
+	// forward1 emits one message from the store; false if the stream ends.
+	forward1 := func(m streamMsg) bool {
+		if m.w != nil {
+			fw := live[m.w]
+			if fw == nil {
+				return true // canceled after the store sent it
+			}
+			if m.resp.CompactRevision != 0 {
+				// The watch is over, but as in etcd its ID stays taken
+				// until the client cancels it.
+				delete(live, m.w)
+			}
+			if len(m.resp.Events) > 0 {
+				fw.quiet = false
+				if m.w.prevKV {
+					m.resp.Events = ws.s.withPrevKV(m.resp.Events)
+				}
+			}
+			m.resp.Fragment = m.w.fragment
+		}
+		return emit(m.resp)
+	}
 	for {
 		if !drain() {
 			return
@@ -332,26 +358,16 @@ func (ws *WatchStream) forward() {
 			if !drain() {
 				return
 			}
-			if m.w != nil {
-				fw := live[m.w]
-				if fw == nil {
-					continue // canceled after the store sent it
+			if m.batch == nil {
+				if !forward1(m) {
+					return
 				}
-				if m.resp.CompactRevision != 0 {
-					// The watch is over, but as in etcd its ID stays taken
-					// until the client cancels it.
-					delete(live, m.w)
-				}
-				if len(m.resp.Events) > 0 {
-					fw.quiet = false
-					if m.w.prevKV {
-						m.resp.Events = ws.s.withPrevKV(m.resp.Events)
-					}
-				}
-				m.resp.Fragment = m.w.fragment
+				continue
 			}
-			if !emit(m.resp) {
-				return
+			for _, sub := range m.batch {
+				if !forward1(sub) {
+					return
+				}
 			}
 		case <-ws.kick:
 		case <-ticker.C:
