@@ -31,13 +31,27 @@ package mvcc
 //
 // OnEvents runs on the apply goroutine. It takes mu, finds the synced
 // watchers of each changed key through the group's key map and sorted
-// range list, and hands each its events with a non-blocking channel send.
-// A full channel makes the watcher a victim instead of making apply wait.
+// range list, and hands the events to each stream with one non-blocking
+// channel send (one message for all of that stream's watchers). A full
+// channel makes those watchers victims instead of making apply wait.
 // mu is never held across I/O or a blocking channel operation: the sync
 // loop releases it while it reads the backend and re-checks each watcher
 // afterwards (it may have been canceled, and a compaction may have raced
 // the read). So the longest apply can wait for mu is one bounded fan-out,
 // victim retry or sync hand-off, all of which only do non-blocking sends.
+//
+// # Compaction and progress
+//
+// The sync loop answers an unsynced watcher below the compact revision
+// with etcd's response (CompactRevision set, canceled, header revision
+// 0) and drops it. It re-reads the compact revision after each backend
+// read: the store publishes a compaction before it deletes anything, so
+// a watcher still at or above it then had every record it was given.
+//
+// Progress responses carry `notified`, not the store's revision: the
+// store publishes a revision just before its OnEvents call, and a
+// progress response must never claim a revision whose events a synced
+// watcher has not been handed yet.
 //
 // # Streams
 //
