@@ -34,9 +34,6 @@ type metrics struct {
 	grpcReceived       prometheus.Counter
 	grpcStarted        *prometheus.CounterVec
 	grpcHandled        *prometheus.CounterVec
-	// watchers and slow watchers are set by the watch layer.
-	watchers     prometheus.Gauge
-	slowWatchers prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -68,8 +65,6 @@ func newMetrics() *metrics {
 		grpcHandled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "grpc_server_handled_total",
 			Help: "Total number of RPCs completed on the server, regardless of success or failure."},
 			[]string{"grpc_type", "grpc_service", "grpc_method", "grpc_code"}),
-		watchers:     g("debugging_mvcc", "watcher_total", "Total number of watchers."),
-		slowWatchers: g("debugging_mvcc", "slow_watcher_total", "Total number of unsynced slow watchers."),
 	}
 }
 
@@ -105,7 +100,10 @@ func (m *metrics) register(s *Server) {
 	cs := []prometheus.Collector{
 		m.proposalsCommitted, m.proposalsApplied, m.proposalsPending, m.proposalsFailed, m.slowApply,
 		m.backendCommit, m.rangeTotal, m.putTotal, m.deleteTotal, m.txnTotal,
-		m.grpcSent, m.grpcReceived, m.grpcStarted, m.grpcHandled, m.watchers, m.slowWatchers,
+		m.grpcSent, m.grpcReceived, m.grpcStarted, m.grpcHandled,
+		gf("debugging_mvcc", "watcher_total", "Total number of watchers.", func() float64 { return float64(s.watch.WatcherTotal()) }),
+		gf("debugging_mvcc", "slow_watcher_total", "Total number of unsynced slow watchers.",
+			func() float64 { return float64(s.watch.SlowWatcherTotal()) }),
 		gf("server", "has_leader", "Whether or not a leader exists. 1 is existence, 0 is not.",
 			func() float64 { return b2f(s.node.Status().Leader != 0) }),
 		gf("server", "is_leader", "Whether or not this member is a leader. 1 if is, 0 otherwise.",

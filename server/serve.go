@@ -59,6 +59,7 @@ func (s *Server) Serve() error {
 	pb.RegisterClusterServer(s.grpc, &clusterServer{s: s})
 	pb.RegisterLeaseServer(s.grpc, &leaseServer{s: s})
 	pb.RegisterAuthServer(s.grpc, &authServer{s: s})
+	pb.RegisterWatchServer(s.grpc, &watchServer{s: s})
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(s.grpc, hs)

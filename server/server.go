@@ -56,6 +56,7 @@ type Server struct {
 	db      *pagestore.DB
 	be      *mvcc.Backend
 	kv      *mvcc.Store
+	watch   *mvcc.WatchableStore
 	lessor  *lease.Lessor
 	auth    *auth.Store
 	node    *raft.Node
@@ -116,9 +117,12 @@ func New(cfg *config.Config, lg *slog.Logger) (_ *Server, err error) {
 	if err := s.openAuth(); err != nil {
 		return nil, err
 	}
-	if s.kv, err = mvcc.OpenStore(s.be, mvcc.StoreConfig{Logger: lg, Leases: s.lessor}); err != nil {
+	s.watch, err = mvcc.NewWatchableStore(s.be, mvcc.StoreConfig{Logger: lg, Leases: s.lessor},
+		mvcc.WatchConfig{ProgressNotifyInterval: cfg.WatchProgressNotifyInterval})
+	if err != nil {
 		return nil, err
 	}
+	s.kv = s.watch.Store
 	s.alarms = newAlarms()
 	if err := s.alarms.load(s.db); err != nil {
 		return nil, err
@@ -285,7 +289,9 @@ func (s *Server) closeStorage() error {
 	if s.lessor != nil {
 		s.lessor.Stop()
 	}
-	if s.kv != nil {
+	if s.watch != nil {
+		errs = append(errs, s.watch.Close())
+	} else if s.kv != nil {
 		errs = append(errs, s.kv.Close())
 	}
 	if s.be != nil {
