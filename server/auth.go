@@ -6,6 +6,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -286,4 +287,46 @@ func setHeader(m proto.Message, h *pb.ResponseHeader) {
 
 func protoValueOf(h *pb.ResponseHeader) protoreflect.Value {
 	return protoreflect.ValueOfMessage(h.ProtoReflect())
+}
+
+// Methods a caller without a user name may call while auth is enabled.
+var anonymousOK = map[string]bool{
+	"/etcdserverpb.Auth/Authenticate": true,
+	"/etcdserverpb.Auth/AuthStatus":   true,
+	// Watch answers a refused create with a canceled response instead.
+	"/etcdserverpb.Watch/Watch": true,
+}
+
+// requireIdentity is etcd's rule for every RPC while auth is enabled: a
+// token, if given, must be valid, and a user name is required except for
+// the methods above. Per-method permission checks come after it.
+func (s *Server) requireIdentity(ctx context.Context, method string) error {
+	if !s.auth.IsAuthEnabled() || method == "/etcdserverpb.Auth/Authenticate" {
+		return nil // Authenticate ignores any token it is sent, as etcd
+	}
+	ai, err := s.authInfo(ctx)
+	if err != nil {
+		if anonymousOK[method] && method == "/etcdserverpb.Watch/Watch" {
+			return nil
+		}
+		return err
+	}
+	if ai.Username == "" && !anonymousOK[method] {
+		return auth.ToGRPCError(auth.ErrUserEmpty)
+	}
+	return nil
+}
+
+func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if err := s.requireIdentity(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if err := s.requireIdentity(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return h(srv, ss)
 }

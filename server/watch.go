@@ -103,10 +103,11 @@ func (w *watchServer) recvLoop(stream pb.Watch_WatchServer, ws *mvcc.WatchStream
 				err = s.auth.IsRangePermitted(ai, c.Key, c.RangeEnd)
 			}
 			if err != nil {
+				// etcd puts the whole gRPC error text in cancel_reason.
 				if ge := auth.ToGRPCError(err); ge != nil {
 					err = ge
 				}
-				refuse(rpctypesMessage(err))
+				refuse(err.Error())
 				continue
 			}
 			if _, err := ws.Watch(mvcc.WatchRequestFromProto(c)); err != nil {
@@ -121,13 +122,4 @@ func (w *watchServer) recvLoop(stream pb.Watch_WatchServer, ws *mvcc.WatchStream
 			ws.RequestProgress()
 		}
 	}
-}
-
-// rpctypesMessage is the client-facing text of an error (etcd puts the
-// gRPC error's message in cancel_reason).
-func rpctypesMessage(err error) string {
-	if e, ok := err.(rpctypes.EtcdError); ok {
-		return e.Error()
-	}
-	return rpctypes.ErrorDesc(err)
 }
