@@ -253,10 +253,12 @@ func (s *side) exec(t *testing.T, st step) string {
 		if until == nil {
 			until = func(string) bool { return false } // wait for exit
 		}
-		if !p.WaitOutput(until, 10*time.Second) && st.until != nil {
-			t.Logf("%s: %s: condition not met after 10s", s.label, st.name)
-		}
+		met := p.WaitOutput(until, 10*time.Second)
 		r := p.Stop(3 * time.Second)
+		if !met && st.until != nil {
+			t.Logf("%s: %s: condition not met after 10s", s.label, st.name)
+			r.Stdout += "(gave up waiting after 10s)\n"
+		}
 		return s.record(st, s.bgCmd[st.stop]+" (then stopped)", r, st.exit)
 	case st.wait != "":
 		p := s.bg[st.wait]

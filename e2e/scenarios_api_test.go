@@ -29,6 +29,12 @@ func events(n int) func(string) bool {
 	}
 }
 
+// jsonEvents returns an until-condition: -w json watch output holds n
+// events, however the server grouped them into responses.
+func jsonEvents(n int) func(string) bool {
+	return func(out string) bool { return strings.Count(out, `"kv":`) >= n }
+}
+
 // lines returns an until-condition: stdout holds n complete lines.
 func lines(n int) func(string) bool {
 	return func(out string) bool { return strings.Count(out, "\n") >= n }
@@ -48,7 +54,7 @@ func watchScenario() scenario {
 		{name: "historical watch --prefix --prev-kv", bg: "hist2", ctl: []string{"watch", "--rev", "1", "--prefix", "--prev-kv", "w/"}},
 		{name: "historical watch --prefix --prev-kv (events)", stop: "hist2", until: events(4)},
 		{name: "historical watch -w json", bg: "hist3", ctl: []string{"watch", "--rev", "3", "w/", "w0", "-w", "json"}},
-		{name: "historical watch -w json (events)", stop: "hist3", until: lines(2)},
+		{name: "historical watch -w json (events)", stop: "hist3", until: jsonEvents(3)},
 		{name: "revision now", ctl: []string{"get", "w/a", "-w", "json"}, after: revVars},
 		// Live watches: started from the next revision, so whether the
 		// watcher is established before or after the writes, it reports
@@ -62,7 +68,7 @@ func watchScenario() scenario {
 		c("live del w/c", "del", "w/c"),
 		c("live del --prefix", "del", "--prefix", "w/"),
 		{name: "live watch --prefix --prev-kv (events)", stop: "live", until: events(4)},
-		{name: "live watch single key -w json (events)", stop: "live2", until: lines(3)},
+		{name: "live watch single key -w json (events)", stop: "live2", until: jsonEvents(3)},
 		{name: "revision before compact", ctl: []string{"get", "other", "-w", "json"}, after: revVars},
 		c("compact", "compact", "${rev}"),
 		c("watch a compacted revision", "watch", "--rev", "2", "w/a"),
