@@ -169,10 +169,8 @@ func startSide(t *testing.T, label, bin string, b *harness.Bins, sc scenario, sh
 	}
 	s := &side{
 		label: label, srv: srv, bins: b, dir: dir,
-		ctl:  &harness.Ctl{Bin: b.Etcdctl, Endpoints: []string{srv.ClientURL}},
-		norm: harness.NewNormalizer(),
-		vars: map[string]string{"dir": dir, "client": srv.ClientURL, "metrics": srv.MetricsURL,
-			"plainclient": "http://" + srv.ClientAddr},
+		norm:  harness.NewNormalizer(),
+		vars:  map[string]string{},
 		bg:    map[string]*harness.Proc{},
 		bgCmd: map[string]string{},
 	}
@@ -181,11 +179,22 @@ func startSide(t *testing.T, label, bin string, b *harness.Bins, sc scenario, sh
 	}
 	s.norm.Literal(dir, "<dir>")
 	s.norm.Literal(shared, "<shared>")
+	return s
+}
+
+// started fills in what depends on the server's final ports (Start may
+// have moved them).
+func (s *side) started() {
+	srv := s.srv
+	s.ctl = &harness.Ctl{Bin: s.bins.Etcdctl, Endpoints: []string{srv.ClientURL}}
+	s.vars["dir"] = s.dir
+	s.vars["client"] = srv.ClientURL
+	s.vars["metrics"] = srv.MetricsURL
+	s.vars["plainclient"] = "http://" + srv.ClientAddr
 	s.norm.Literal(srv.ClientURL, "<client>")
 	s.norm.Literal(srv.PeerURL, "<peer>")
 	s.norm.Literal(srv.MetricsURL, "<metrics>")
 	s.norm.Literal(srv.ClientAddr, "<client-addr>")
-	return s
 }
 
 // record appends one step's normalized result to the transcript and returns
@@ -338,6 +347,7 @@ func runScenario(t *testing.T, sc scenario) {
 		if errs[i] != nil {
 			t.Fatalf("side %s (%s): %v", s.label, s.srv.Bin(), errs[i])
 		}
+		s.started()
 	}
 	mismatches := 0
 	for _, st := range sc.steps {
