@@ -41,7 +41,7 @@ func needBins(t *testing.T) *harness.Bins {
 		bins, binsErr = harness.FindBinaries(os.Getenv("STRATA_E2E_NOBUILD") == "", &binsLog)
 	})
 	if binsErr != nil {
-		t.Skipf("SKIP: etcd reference binaries unavailable, differential test not run: %v\n%s", binsErr, tail(binsLog.String(), 20))
+		t.Skipf("SKIP: etcd reference binaries unavailable, so tests that run real servers are skipped: %v\n%s", binsErr, tail(binsLog.String(), 20))
 	}
 	return bins
 }
