@@ -25,8 +25,8 @@ import (
 //     free ports in its own temp dir.
 //   - Ids -> <id1>, <id2>, ... numbered by first appearance: cluster_id,
 //     member_id, member and leader ids, lease ids (hex in text, decimal in
-//     JSON, strings in gateway JSON), alarm memberID, the lease suffix of
-//     lock and election keys. Member ids hash the peer URLs (which differ by
+//     JSON, strings in gateway JSON), alarm memberID, "Member <id> added
+//     ... cluster <id>" messages, the lease suffix of lock and election keys. Member ids hash the peer URLs (which differ by
 //     port) and lease ids mix in the member id and the clock. Numbering by
 //     first appearance, instead of one blanket mask, still checks that the
 //     same id shows up in the same places (the lease granted is the lease
@@ -176,6 +176,8 @@ var (
 	reHexOnly   = regexp.MustCompile(`^[0-9a-f]+$`)
 	reMember    = regexp.MustCompile(`^([0-9a-f]+), (?:started|unstarted), `)
 	reAlarm     = regexp.MustCompile(`memberID:(\d+)`)
+	reMemberMsg = regexp.MustCompile(`^Member ([0-9a-f]+) `)
+	reClusterID = regexp.MustCompile(`cluster +([0-9a-f]+)$`)
 	reRemaining = regexp.MustCompile(`remaining\(-?\d+s\)`)
 	reTook      = regexp.MustCompile(`took( =)? [0-9.]+[a-zµ]+`)
 	reTime      = regexp.MustCompile(`\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:?\d\d)?`)
@@ -248,6 +250,10 @@ func (n *Normalizer) line(ln string) string {
 	ln = replaceGroup(reLeaseLine, ln, n.hexID)
 	ln = replaceGroup(reMember, ln, n.hexID)
 	ln = replaceGroup(reAlarm, ln, n.decID)
+	if reMemberMsg.MatchString(ln) {
+		ln = replaceGroup(reMemberMsg, ln, n.hexID)
+		ln = replaceGroup(reClusterID, ln, n.hexID)
+	}
 	ln = reRemaining.ReplaceAllString(ln, "remaining(<ttl>)")
 	ln = sortAttached(ln)
 	return scrubText(ln)
