@@ -174,6 +174,16 @@ func waitKeys(prefix string, n int) step {
 func clusterScenario() scenario {
 	added := map[string]*regexp.Regexp{"m2": regexp.MustCompile(`Member ([0-9a-f]+) added`)}
 	return scenario{name: "cluster", steps: []step{
+		// Version questions first: while an unstarted member exists, etcd's
+		// version monitor may lower the cluster and storage versions on a
+		// timer, so nothing version-related is compared after member add.
+		c("move-leader to a non-member", "move-leader", "1234"),
+		c("downgrade validate 3.6", "downgrade", "validate", "3.6"),
+		c("downgrade validate 3.5", "downgrade", "validate", "3.5"),
+		c("downgrade validate 3.8", "downgrade", "validate", "3.8"),
+		c("downgrade cancel when not downgrading", "downgrade", "cancel"),
+		// Not "downgrade enable": the version monitor then lowers the
+		// cluster version on a timer too.
 		{name: "member add --learner", ctl: []string{"member", "add", "m2", "--learner", "--peer-urls=http://10.0.0.9:2380"}, capture: added},
 		c("member list with a learner", "member", "list"),
 		c("member list -w json with a learner", "member", "list", "-w", "json"),
@@ -186,14 +196,6 @@ func clusterScenario() scenario {
 		c("member remove unknown", "member", "remove", "1234"),
 		c("member update unknown", "member", "update", "1234", "--peer-urls=http://10.0.0.11:2380"),
 		c("member list after remove", "member", "list"),
-		c("move-leader to a non-member", "move-leader", "1234"),
-		c("downgrade validate 3.6", "downgrade", "validate", "3.6"),
-		c("downgrade validate 3.5", "downgrade", "validate", "3.5"),
-		c("downgrade validate 3.8", "downgrade", "validate", "3.8"),
-		c("downgrade cancel when not downgrading", "downgrade", "cancel"),
-		// Not "downgrade enable": etcd's version monitor then lowers the
-		// cluster version on a timer, so outputs after it depend on timing.
-		c("endpoint status", "endpoint", "status"),
 		c("writes still work", "put", "k", "v", "-w", "json"),
 	}}
 }

@@ -48,7 +48,9 @@ import (
 //     granted-ttl in JSON) -> <ttl>: they tick with the wall clock.
 //   - PERCENTAGE NOT IN USE -> <pct>: derived from the sizes above.
 //   - Unordered collections are sorted: a lease's attached keys (the lessor
-//     keeps them in a map) and /readyz?verbose check lines (run from a map).
+//     keeps them in a map), /readyz?verbose check lines (run from a map),
+//     and members (etcd lists them in id order, and ids are random per
+//     run): member list rows, JSON members, ETCD_INITIAL_CLUSTER.
 //   - Keys in JSON are base64; when a caller's id rule (e.g. a lock key's
 //     lease suffix) matches the decoded key it is shown as text:<masked>.
 //   - Durations after "took" (and JSON "took"), RFC 3339 timestamps, Go pointers (0xc000...)
@@ -144,9 +146,20 @@ func (n *Normalizer) Normalize(text string, extra ...IDRule) string {
 		lines[i] = n.line(ln)
 	}
 	sortRuns(lines, reCheckLine)
+	sortRuns(lines, reMemberRow)
+	sortRuns(lines, reMemberCell)
 	text = strings.Join(lines, "\n")
 	return n.sweep(text)
 }
+
+// Member rows (simple and table) once their ids are masked. etcd lists
+// members in id order, and ids are random per run, so runs of them are
+// sorted.
+var (
+	reMemberRow  = regexp.MustCompile(`^<id\d+>, (?:started|unstarted), `)
+	reMemberCell = regexp.MustCompile(`^\| <id\d+> \| (?:started|unstarted) \|`)
+	reInitial    = regexp.MustCompile(`^ETCD_INITIAL_CLUSTER="(.*)"$`)
+)
 
 // reCheckLine is a /readyz or /livez ?verbose check line. etcd runs its
 // checks from a map, so their order is unspecified; runs of them are sorted.
@@ -177,7 +190,7 @@ var (
 	reMember    = regexp.MustCompile(`^([0-9a-f]+), (?:started|unstarted), `)
 	reAlarm     = regexp.MustCompile(`memberID:(\d+)`)
 	reMemberMsg = regexp.MustCompile(`^Member ([0-9a-f]+) `)
-	reClusterID = regexp.MustCompile(`cluster +([0-9a-f]+)$`)
+	reClusterID = regexp.MustCompile(`cluster +[0-9a-f]+$`)
 	reRemaining = regexp.MustCompile(`remaining\(-?\d+s\)`)
 	reTook      = regexp.MustCompile(`took( =)? [0-9.]+[a-zµ]+`)
 	reTime      = regexp.MustCompile(`\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:?\d\d)?`)
@@ -247,12 +260,20 @@ func (n *Normalizer) line(ln string) string {
 	if header := simpleHeader(ln); header != nil {
 		return strings.Join(n.row(header, strings.Split(ln, ", ")), ", ")
 	}
+	ln = replaceGroup(reInitial, ln, func(list string) string {
+		f := strings.Split(list, ",")
+		sort.Strings(f)
+		return strings.Join(f, ",")
+	})
 	ln = replaceGroup(reLeaseLine, ln, n.hexID)
 	ln = replaceGroup(reMember, ln, n.hexID)
 	ln = replaceGroup(reAlarm, ln, n.decID)
 	if reMemberMsg.MatchString(ln) {
 		ln = replaceGroup(reMemberMsg, ln, n.hexID)
-		ln = replaceGroup(reClusterID, ln, n.hexID)
+		// "%16x": space-padded, so the padding varies with the id.
+		ln = reClusterID.ReplaceAllStringFunc(ln, func(m string) string {
+			return "cluster " + n.hexID(strings.TrimSpace(strings.TrimPrefix(m, "cluster")))
+		})
 	}
 	ln = reRemaining.ReplaceAllString(ln, "remaining(<ttl>)")
 	ln = sortAttached(ln)
@@ -427,8 +448,9 @@ func (n *Normalizer) jsonValue(key string, v any) any {
 		for i, e := range x {
 			x[i] = n.jsonValue(key, e)
 		}
-		if key == "keys" {
+		if key == "keys" || key == "members" {
 			// Attached keys of a lease: unordered (see sortAttached).
+			// Members: in id order, and ids are random.
 			sort.Slice(x, func(i, j int) bool { return fmt.Sprint(x[i]) < fmt.Sprint(x[j]) })
 		}
 		return x
