@@ -349,7 +349,7 @@ func runScenario(t *testing.T, sc scenario) {
 		}
 		s.started()
 	}
-	mismatches := 0
+	mismatches, first := 0, ""
 	for _, st := range sc.steps {
 		if st.sleep > 0 {
 			time.Sleep(st.sleep)
@@ -359,6 +359,9 @@ func runScenario(t *testing.T, sc scenario) {
 		rb := bb.exec(t, st)
 		if ra != rb {
 			mismatches++
+			if first == "" {
+				first = st.name
+			}
 			t.Errorf("step %q differs (A=%s, B=%s):\n%s", st.name, a.srv.Bin(), bb.srv.Bin(),
 				harness.UnifiedDiff("A", "B", ra, rb))
 		}
@@ -367,6 +370,7 @@ func runScenario(t *testing.T, sc scenario) {
 		writeTranscripts(t, dir, sc.name, a, bb)
 	}
 	if mismatches > 0 {
+		t.Errorf("%s: %d of %d steps differ; the first is %q (later ones may follow from it)", sc.name, mismatches, len(sc.steps), first)
 		t.Logf("server logs: %s, %s", a.srv.LogPath, bb.srv.LogPath)
 		t.Logf("A transcript:\n%s", a.out.String())
 	}

@@ -93,6 +93,8 @@ func leaseScenario() scenario {
 		c("lease list -w json", "lease", "list", "-w", "json"),
 		c("lease keep-alive --once", "lease", "keep-alive", "--once", "${l1}"),
 		c("lease keep-alive --once -w json", "lease", "keep-alive", "--once", "${l1}", "-w", "json"),
+		{name: "lease keep-alive (streaming)", bg: "ka", ctl: []string{"lease", "keep-alive", "${l1}"}},
+		{name: "lease keep-alive first answer", stop: "ka", until: lines(1)},
 		c("lease revoke", "lease", "revoke", "${l1}"),
 		c("keys gone with the lease", "get", "--prefix", "lk", "-w", "json"),
 		c("timetolive of a revoked lease", "lease", "timetolive", "${l1}"),

@@ -155,6 +155,8 @@ func kvScenario() scenario {
 		c("endpoint status -w json", "endpoint", "status", "-w", "json"),
 		c("endpoint status -w fields", "endpoint", "status", "-w", "fields"),
 		c("endpoint health", "endpoint", "health"),
+		c("endpoint status --cluster", "endpoint", "status", "--cluster", "-w", "table"),
+		c("endpoint health --cluster -w json", "endpoint", "health", "--cluster", "-w", "json"),
 		restartStep(),
 		c("get all after restart", "get", "--from-key", "", "-w", "json"),
 		c("put after restart", "put", "after", "restart", "-w", "json"),
