@@ -189,7 +189,7 @@ var (
 	reHexOnly   = regexp.MustCompile(`^[0-9a-f]+$`)
 	reMember    = regexp.MustCompile(`^([0-9a-f]+), (?:started|unstarted), `)
 	reAlarm     = regexp.MustCompile(`memberID:(\d+)`)
-	reMemberMsg = regexp.MustCompile(`^Member ([0-9a-f]+) `)
+	reMemberMsg = regexp.MustCompile(`^Member +[0-9a-f]+ `)
 	reClusterID = regexp.MustCompile(`cluster +[0-9a-f]+$`)
 	reRemaining = regexp.MustCompile(`remaining\(-?\d+s\)`)
 	reTook      = regexp.MustCompile(`took( =)? [0-9.]+[a-zµ]+`)
@@ -269,8 +269,11 @@ func (n *Normalizer) line(ln string) string {
 	ln = replaceGroup(reMember, ln, n.hexID)
 	ln = replaceGroup(reAlarm, ln, n.decID)
 	if reMemberMsg.MatchString(ln) {
-		ln = replaceGroup(reMemberMsg, ln, n.hexID)
-		// "%16x": space-padded, so the padding varies with the id.
+		// Both ids are printed with "%16x": space-padded, so the padding
+		// varies with the id.
+		ln = reMemberMsg.ReplaceAllStringFunc(ln, func(m string) string {
+			return "Member " + n.hexID(strings.TrimSpace(strings.TrimPrefix(m, "Member"))) + " "
+		})
 		ln = reClusterID.ReplaceAllStringFunc(ln, func(m string) string {
 			return "cluster " + n.hexID(strings.TrimSpace(strings.TrimPrefix(m, "cluster")))
 		})
