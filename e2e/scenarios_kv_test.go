@@ -150,6 +150,8 @@ func kvScenario() scenario {
 		c("member list -w table", "member", "list", "-w", "table"),
 		c("member list -w json", "member", "list", "-w", "json"),
 		c("member list -w fields", "member", "list", "-w", "fields"),
+		c("member list -w json --hex", "member", "list", "-w", "json", "--hex"),
+		c("get -w fields --hex", "get", "foo", "-w", "fields", "--hex"),
 		c("endpoint status", "endpoint", "status"),
 		c("endpoint status -w table", "endpoint", "status", "-w", "table"),
 		c("endpoint status -w json", "endpoint", "status", "-w", "json"),

@@ -115,16 +115,16 @@ func (n *Normalizer) hexID(s string) string {
 	return n.id(v)
 }
 
+// decID masks an id printed in decimal, or in hex when it has hex letters
+// (etcdctl's --hex output).
 func (n *Normalizer) decID(s string) string {
-	v, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		i, err2 := strconv.ParseInt(s, 10, 64)
-		if err2 != nil {
-			return s
-		}
-		v = uint64(i)
+	if v, err := strconv.ParseUint(s, 10, 64); err == nil {
+		return n.id(v)
 	}
-	return n.id(v)
+	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return n.id(uint64(i))
+	}
+	return n.hexID(s)
 }
 
 // IDRule is an extra, caller-supplied pattern whose first group is a hex
@@ -466,10 +466,8 @@ func (n *Normalizer) jsonValue(key string, v any) any {
 		}
 		return x
 	case string:
-		if jsonIDKeys[key] && x != "0" && x != "" {
-			if _, err := strconv.ParseUint(x, 10, 64); err == nil {
-				return n.decID(x)
-			}
+		if jsonIDKeys[key] && x != "0" && x != "" && reHexOnly.MatchString(x) {
+			return n.decID(x)
 		}
 		if m, ok := jsonMask[key]; ok {
 			return m
