@@ -37,6 +37,10 @@ fi
 mkdir -p "$STRATA_E2E_BIN"
 out=$(cd "$STRATA_E2E_BIN" && pwd)
 
+# Throwaway build modules, removed on any exit.
+cleanup=()
+trap 'rm -rf "${cleanup[@]}"' EXIT
+
 # Serialize concurrent builds (several worktrees share the directory).
 exec 9>"$out/.lock"
 flock 9
@@ -65,7 +69,7 @@ build_group() {
 	fi
 	local tmp
 	tmp=$(mktemp -d "${TMPDIR:-/tmp}/strata-e2e-build.XXXXXX")
-	trap 'rm -rf "$tmp"' RETURN
+	cleanup+=("$tmp")
 	{
 		echo "module strata.local/e2e-build/$name"
 		echo

@@ -41,7 +41,7 @@ func needBins(t *testing.T) *harness.Bins {
 		bins, binsErr = harness.FindBinaries(os.Getenv("STRATA_E2E_NOBUILD") == "", &binsLog)
 	})
 	if binsErr != nil {
-		t.Skipf("SKIP: etcd reference binaries unavailable, differential test not run: %v\n%s", binsErr, tail(binsLog.String(), 20))
+		t.Skipf("SKIP: etcd reference binaries unavailable, so tests that run real servers are skipped: %v\n%s", binsErr, tail(binsLog.String(), 20))
 	}
 	return bins
 }
@@ -152,9 +152,9 @@ func (s *side) expand(a string) string {
 	})
 }
 
-func startSide(t *testing.T, label, bin string, b *harness.Bins, sc scenario, shared string, pvars map[string]string) *side {
+func startSide(t *testing.T, label, bin string, b *harness.Bins, sc scenario, shared string, pvars map[string]string, extra []string) *side {
 	dir := filepath.Join(t.TempDir(), label)
-	flags := make([]string, len(sc.flags))
+	flags := make([]string, len(sc.flags), len(sc.flags)+len(extra))
 	for i, f := range sc.flags {
 		flags[i] = reVar.ReplaceAllStringFunc(f, func(m string) string {
 			if v, ok := pvars[m[2:len(m)-1]]; ok {
@@ -163,16 +163,15 @@ func startSide(t *testing.T, label, bin string, b *harness.Bins, sc scenario, sh
 			return m
 		})
 	}
+	flags = append(flags, extra...)
 	srv, err := harness.NewServer(harness.ServerConfig{Bin: bin, Dir: dir, Flags: flags, Scheme: sc.scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &side{
 		label: label, srv: srv, bins: b, dir: dir,
-		ctl:  &harness.Ctl{Bin: b.Etcdctl, Endpoints: []string{srv.ClientURL}},
-		norm: harness.NewNormalizer(),
-		vars: map[string]string{"dir": dir, "client": srv.ClientURL, "metrics": srv.MetricsURL,
-			"plainclient": "http://" + srv.ClientAddr},
+		norm:  harness.NewNormalizer(),
+		vars:  map[string]string{},
 		bg:    map[string]*harness.Proc{},
 		bgCmd: map[string]string{},
 	}
@@ -181,11 +180,22 @@ func startSide(t *testing.T, label, bin string, b *harness.Bins, sc scenario, sh
 	}
 	s.norm.Literal(dir, "<dir>")
 	s.norm.Literal(shared, "<shared>")
+	return s
+}
+
+// started fills in what depends on the server's final ports (Start may
+// have moved them).
+func (s *side) started() {
+	srv := s.srv
+	s.ctl = &harness.Ctl{Bin: s.bins.Etcdctl, Endpoints: []string{srv.ClientURL}}
+	s.vars["dir"] = s.dir
+	s.vars["client"] = srv.ClientURL
+	s.vars["metrics"] = srv.MetricsURL
+	s.vars["plainclient"] = "http://" + srv.ClientAddr
 	s.norm.Literal(srv.ClientURL, "<client>")
 	s.norm.Literal(srv.PeerURL, "<peer>")
 	s.norm.Literal(srv.MetricsURL, "<metrics>")
 	s.norm.Literal(srv.ClientAddr, "<client-addr>")
-	return s
 }
 
 // record appends one step's normalized result to the transcript and returns
@@ -253,10 +263,12 @@ func (s *side) exec(t *testing.T, st step) string {
 		if until == nil {
 			until = func(string) bool { return false } // wait for exit
 		}
-		if !p.WaitOutput(until, 10*time.Second) && st.until != nil {
-			t.Logf("%s: %s: condition not met after 10s", s.label, st.name)
-		}
+		met := p.WaitOutput(until, 10*time.Second)
 		r := p.Stop(3 * time.Second)
+		if !met && st.until != nil {
+			t.Logf("%s: %s: condition not met after 10s", s.label, st.name)
+			r.Stdout += "(gave up waiting after 10s)\n"
+		}
 		return s.record(st, s.bgCmd[st.stop]+" (then stopped)", r, st.exit)
 	case st.wait != "":
 		p := s.bg[st.wait]
@@ -307,13 +319,39 @@ func shellJoin(args []string) string {
 func runScenario(t *testing.T, sc scenario) {
 	b := needBins(t)
 	start := time.Now()
+	res := diffScenario(t, b, sc, targetBin(t, b), nil)
+	for _, d := range res.diffs {
+		t.Errorf("step %q differs (A=%s, B=%s):\n%s", d.step, res.a.srv.Bin(), res.b.srv.Bin(), d.diff)
+	}
+	if dir := os.Getenv("STRATA_E2E_OUT"); dir != "" {
+		writeTranscripts(t, dir, sc.name, res.a, res.b)
+	}
+	if len(res.diffs) > 0 {
+		t.Errorf("%s: %d of %d steps differ; the first is %q (later ones may follow from it)",
+			sc.name, len(res.diffs), len(sc.steps), res.diffs[0].step)
+		t.Logf("server logs: %s, %s", res.a.srv.LogPath, res.b.srv.LogPath)
+		t.Logf("A transcript:\n%s", res.a.out.String())
+	}
+	t.Logf("%s: %d steps, %d mismatches, %v", sc.name, len(sc.steps), len(res.diffs), time.Since(start).Round(time.Millisecond))
+}
+
+type stepDiff struct{ step, diff string }
+
+type scenarioResult struct {
+	a, b  *side
+	diffs []stepDiff
+}
+
+// diffScenario runs sc on etcd (A) and binB (B, with extraB appended to its
+// flags) and returns the steps whose records differ.
+func diffScenario(t *testing.T, b *harness.Bins, sc scenario, binB string, extraB []string) scenarioResult {
 	shared := t.TempDir()
 	var pvars map[string]string
 	if sc.prepare != nil {
 		pvars = sc.prepare(t, shared)
 	}
-	a := startSide(t, "A", b.Etcd, b, sc, shared, pvars)
-	bb := startSide(t, "B", targetBin(t, b), b, sc, shared, pvars)
+	a := startSide(t, "A", b.Etcd, b, sc, shared, pvars, nil)
+	bb := startSide(t, "B", binB, b, sc, shared, pvars, extraB)
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for i, s := range []*side{a, bb} {
@@ -336,8 +374,9 @@ func runScenario(t *testing.T, sc scenario) {
 		if errs[i] != nil {
 			t.Fatalf("side %s (%s): %v", s.label, s.srv.Bin(), errs[i])
 		}
+		s.started()
 	}
-	mismatches := 0
+	res := scenarioResult{a: a, b: bb}
 	for _, st := range sc.steps {
 		if st.sleep > 0 {
 			time.Sleep(st.sleep)
@@ -346,19 +385,33 @@ func runScenario(t *testing.T, sc scenario) {
 		ra := a.exec(t, st)
 		rb := bb.exec(t, st)
 		if ra != rb {
-			mismatches++
-			t.Errorf("step %q differs (A=%s, B=%s):\n%s", st.name, a.srv.Bin(), bb.srv.Bin(),
-				harness.UnifiedDiff("A", "B", ra, rb))
+			res.diffs = append(res.diffs, stepDiff{st.name, harness.UnifiedDiff("A", "B", ra, rb)})
 		}
 	}
-	if dir := os.Getenv("STRATA_E2E_OUT"); dir != "" {
-		writeTranscripts(t, dir, sc.name, a, bb)
+	return res
+}
+
+// TestDiffDetectsDifferences is the harness's negative control: side B runs
+// etcd with a larger --max-txn-ops, so the 129-op txn succeeds there, and
+// the comparison must catch exactly that step and what follows from it.
+func TestDiffDetectsDifferences(t *testing.T) {
+	b := needBins(t)
+	sc := scenario{name: "negative-control", steps: []step{
+		c("put", "put", "k", "v"),
+		in("txn over op limit (129 ops)", txnOps(129), "txn"),
+		c("get", "get", "k", "-w", "json"),
+	}}
+	res := diffScenario(t, b, sc, b.Etcd, []string{"--max-txn-ops=200"})
+	var got []string
+	for _, d := range res.diffs {
+		got = append(got, d.step)
 	}
-	if mismatches > 0 {
-		t.Logf("server logs: %s, %s", a.srv.LogPath, bb.srv.LogPath)
-		t.Logf("A transcript:\n%s", a.out.String())
+	want := []string{"txn over op limit (129 ops)", "get"} // get: header revision moved
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("differing steps = %q, want %q\nA:\n%s\nB:\n%s", got, want, res.a.out.String(), res.b.out.String())
 	}
-	t.Logf("%s: %d steps, %d mismatches, %v", sc.name, len(sc.steps), mismatches, time.Since(start).Round(time.Millisecond))
+	head := strings.SplitN(res.diffs[0].diff, "\n", 12)
+	t.Logf("detected as expected:\n%s\n...", strings.Join(head[:len(head)-1], "\n"))
 }
 
 func writeTranscripts(t *testing.T, dir, name string, a, b *side) {

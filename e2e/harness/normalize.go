@@ -25,8 +25,8 @@ import (
 //     free ports in its own temp dir.
 //   - Ids -> <id1>, <id2>, ... numbered by first appearance: cluster_id,
 //     member_id, member and leader ids, lease ids (hex in text, decimal in
-//     JSON, strings in gateway JSON), alarm memberID, the lease suffix of
-//     lock and election keys. Member ids hash the peer URLs (which differ by
+//     JSON, strings in gateway JSON), alarm memberID, "Member <id> added
+//     ... cluster <id>" messages, the lease suffix of lock and election keys. Member ids hash the peer URLs (which differ by
 //     port) and lease ids mix in the member id and the clock. Numbering by
 //     first appearance, instead of one blanket mask, still checks that the
 //     same id shows up in the same places (the lease granted is the lease
@@ -48,7 +48,9 @@ import (
 //     granted-ttl in JSON) -> <ttl>: they tick with the wall clock.
 //   - PERCENTAGE NOT IN USE -> <pct>: derived from the sizes above.
 //   - Unordered collections are sorted: a lease's attached keys (the lessor
-//     keeps them in a map) and /readyz?verbose check lines (run from a map).
+//     keeps them in a map), /readyz?verbose check lines (run from a map),
+//     and members (etcd lists them in id order, and ids are random per
+//     run): member list rows, JSON members, ETCD_INITIAL_CLUSTER.
 //   - Keys in JSON are base64; when a caller's id rule (e.g. a lock key's
 //     lease suffix) matches the decoded key it is shown as text:<masked>.
 //   - Durations after "took" (and JSON "took"), RFC 3339 timestamps, Go pointers (0xc000...)
@@ -113,16 +115,16 @@ func (n *Normalizer) hexID(s string) string {
 	return n.id(v)
 }
 
+// decID masks an id printed in decimal, or in hex when it has hex letters
+// (etcdctl's --hex output).
 func (n *Normalizer) decID(s string) string {
-	v, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		i, err2 := strconv.ParseInt(s, 10, 64)
-		if err2 != nil {
-			return s
-		}
-		v = uint64(i)
+	if v, err := strconv.ParseUint(s, 10, 64); err == nil {
+		return n.id(v)
 	}
-	return n.id(v)
+	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return n.id(uint64(i))
+	}
+	return n.hexID(s)
 }
 
 // IDRule is an extra, caller-supplied pattern whose first group is a hex
@@ -151,9 +153,20 @@ func (n *Normalizer) Normalize(text string, extra ...IDRule) string {
 	}
 	lines = kept
 	sortRuns(lines, reCheckLine)
+	sortRuns(lines, reMemberRow)
+	sortRuns(lines, reMemberCell)
 	text = strings.Join(lines, "\n")
 	return n.sweep(text)
 }
+
+// Member rows (simple and table) once their ids are masked. etcd lists
+// members in id order, and ids are random per run, so runs of them are
+// sorted.
+var (
+	reMemberRow  = regexp.MustCompile(`^<id\d+>, (?:started|unstarted), `)
+	reMemberCell = regexp.MustCompile(`^\| <id\d+> \| (?:started|unstarted) \|`)
+	reInitial    = regexp.MustCompile(`^ETCD_INITIAL_CLUSTER="(.*)"$`)
+)
 
 // reCheckLine is a /readyz or /livez ?verbose check line. etcd runs its
 // checks from a map, so their order is unspecified; runs of them are sorted.
@@ -183,6 +196,8 @@ var (
 	reHexOnly   = regexp.MustCompile(`^[0-9a-f]+$`)
 	reMember    = regexp.MustCompile(`^([0-9a-f]+), (?:started|unstarted), `)
 	reAlarm     = regexp.MustCompile(`memberID:(\d+)`)
+	reMemberMsg = regexp.MustCompile(`^Member +[0-9a-f]+ `)
+	reClusterID = regexp.MustCompile(`cluster +[0-9a-f]+$`)
 	reRemaining = regexp.MustCompile(`remaining\(-?\d+s\)`)
 	reTook      = regexp.MustCompile(`took( =)? [0-9.]+[a-zµ]+`)
 	reTime      = regexp.MustCompile(`\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:?\d\d)?`)
@@ -252,9 +267,24 @@ func (n *Normalizer) line(ln string) string {
 	if header := simpleHeader(ln); header != nil {
 		return strings.Join(n.row(header, strings.Split(ln, ", ")), ", ")
 	}
+	ln = replaceGroup(reInitial, ln, func(list string) string {
+		f := strings.Split(list, ",")
+		sort.Strings(f)
+		return strings.Join(f, ",")
+	})
 	ln = replaceGroup(reLeaseLine, ln, n.hexID)
 	ln = replaceGroup(reMember, ln, n.hexID)
 	ln = replaceGroup(reAlarm, ln, n.decID)
+	if reMemberMsg.MatchString(ln) {
+		// Both ids are printed with "%16x": space-padded, so the padding
+		// varies with the id.
+		ln = reMemberMsg.ReplaceAllStringFunc(ln, func(m string) string {
+			return "Member " + n.hexID(strings.TrimSpace(strings.TrimPrefix(m, "Member"))) + " "
+		})
+		ln = reClusterID.ReplaceAllStringFunc(ln, func(m string) string {
+			return "cluster " + n.hexID(strings.TrimSpace(strings.TrimPrefix(m, "cluster")))
+		})
+	}
 	ln = reRemaining.ReplaceAllString(ln, "remaining(<ttl>)")
 	ln = sortAttached(ln)
 	return scrubText(ln)
@@ -436,8 +466,9 @@ func (n *Normalizer) jsonValue(key string, v any) any {
 		for i, e := range x {
 			x[i] = n.jsonValue(key, e)
 		}
-		if key == "keys" {
+		if key == "keys" || key == "members" {
 			// Attached keys of a lease: unordered (see sortAttached).
+			// Members: in id order, and ids are random.
 			sort.Slice(x, func(i, j int) bool { return fmt.Sprint(x[i]) < fmt.Sprint(x[j]) })
 		}
 		return x
@@ -450,10 +481,8 @@ func (n *Normalizer) jsonValue(key string, v any) any {
 		}
 		return x
 	case string:
-		if jsonIDKeys[key] && x != "0" && x != "" {
-			if _, err := strconv.ParseUint(x, 10, 64); err == nil {
-				return n.decID(x)
-			}
+		if jsonIDKeys[key] && x != "0" && x != "" && reHexOnly.MatchString(x) {
+			return n.decID(x)
 		}
 		if m, ok := jsonMask[key]; ok {
 			return m

@@ -25,6 +25,7 @@ func TestNormalizeMasksRunDifferences(t *testing.T) {
 		{`{"level":"warn","ts":"2026-11-22T06:03:52.108021Z","caller":"x.go:1","msg":"retrying","target":"etcd-endpoints://0x3f363b132600/127.0.0.1:23790","error":"boom"}`,
 			`{"level":"warn","ts":"2026-11-22T07:00:00.1Z","caller":"y.go:9","msg":"retrying","target":"etcd-endpoints://0xc000123456/127.0.0.1:1234","error":"boom"}`},
 		{"memberID:3319814642761637952 alarm:NOSPACE", "memberID:42 alarm:NOSPACE"},
+		{"Member f19ddbe6fe830bf1 added as learner to cluster 148276a8f75b6a87", "Member  9ddbe6fe830bf1 added as learner to cluster  48276a8f75b6a87"},
 		{`"RaftTerm" : 2`, `"RaftTerm" : 7`},
 		{"[+]b ok\n[+]a ok\nok", "[+]a ok\n[+]b ok\nok"},
 	}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -81,23 +82,49 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.StopTimeout == 0 {
 		cfg.StopTimeout = 10 * time.Second
 	}
-	ports, err := FreePorts(3)
-	if err != nil {
-		return nil, err
-	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("harness: %w", err)
 	}
 	s := &Server{
-		cfg:        cfg,
-		DataDir:    filepath.Join(cfg.Dir, cfg.Name+".data"),
-		LogPath:    filepath.Join(cfg.Dir, cfg.Name+".log"),
-		ClientAddr: "127.0.0.1:" + strconv.Itoa(ports[0]),
-		PeerURL:    "http://127.0.0.1:" + strconv.Itoa(ports[1]),
-		MetricsURL: "http://127.0.0.1:" + strconv.Itoa(ports[2]),
+		cfg:     cfg,
+		DataDir: filepath.Join(cfg.Dir, cfg.Name+".data"),
+		LogPath: filepath.Join(cfg.Dir, cfg.Name+".log"),
 	}
-	s.ClientURL = cfg.Scheme + "://" + s.ClientAddr
+	if err := s.pickPorts(); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+func (s *Server) pickPorts() error {
+	ports, err := FreePorts(3)
+	if err != nil {
+		return err
+	}
+	s.ClientAddr = "127.0.0.1:" + strconv.Itoa(ports[0])
+	s.PeerURL = "http://127.0.0.1:" + strconv.Itoa(ports[1])
+	s.MetricsURL = "http://127.0.0.1:" + strconv.Itoa(ports[2])
+	s.ClientURL = s.cfg.Scheme + "://" + s.ClientAddr
+	return nil
+}
+
+// Start launches the server and waits until it is ready. The log file is
+// appended to across restarts. On the first start only, a port taken by
+// another process between FreePorts and the bind ("address already in use")
+// is retried on fresh ports, so read the URLs after Start.
+func (s *Server) Start() error {
+	for try := 0; ; try++ {
+		err := s.start()
+		if err == nil || try == 2 || s.starts > try+1 || !strings.Contains(err.Error(), "address already in use") {
+			return err
+		}
+		if err := os.RemoveAll(s.DataDir); err != nil {
+			return fmt.Errorf("harness: %w", err)
+		}
+		if err := s.pickPorts(); err != nil {
+			return err
+		}
+	}
 }
 
 // Name is the member name.
@@ -123,9 +150,7 @@ func (s *Server) Args() []string {
 	return append(args, s.cfg.Flags...)
 }
 
-// Start launches the server and waits until it is ready. The log file is
-// appended to across restarts.
-func (s *Server) Start() error {
+func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd != nil {
@@ -233,7 +258,7 @@ func (s *Server) Restart() error {
 	if err := s.Stop(); err != nil {
 		return err
 	}
-	return s.Start()
+	return s.start()
 }
 
 // Running reports whether the process is alive.
