@@ -86,7 +86,11 @@ func (n *Node) handleProposal(p proposal) {
 	} else {
 		err = n.rn.Propose(p.data)
 	}
-	p.errc <- err
+	if p.errc != nil {
+		p.errc <- err
+	} else if err != nil && p.onDrop != nil {
+		p.onDrop(err)
+	}
 }
 
 // handleReady persists, sends and hands over one Ready (see the package
@@ -119,8 +123,14 @@ func (n *Node) handleReady() error {
 			return nil
 		}
 	}
-	if err := n.wal.SaveAsync(rd.HardState, rd.Entries).Wait(); err != nil {
-		return fmt.Errorf("raft: persisting entries: %w", err)
+	// A Ready that only moves the commit index needs no sync, and the
+	// index is not worth a write either: the next Ready with entries
+	// carries it, and after a restart raft re-learns it (apply is
+	// idempotent by index). This saves a write per request.
+	if len(rd.Entries) > 0 || rd.MustSync || !etcdraft.IsEmptySnap(rd.Snapshot) {
+		if err := n.wal.SaveAsync(rd.HardState, rd.Entries).Wait(); err != nil {
+			return fmt.Errorf("raft: persisting entries: %w", err)
+		}
 	}
 	if !etcdraft.IsEmptySnap(rd.Snapshot) {
 		// Snapshots from a leader arrive once peers exist; a single member

@@ -121,7 +121,9 @@ type Node struct {
 type proposal struct {
 	data []byte
 	cc   raftpb.ConfChangeI
-	errc chan error
+	errc chan error // nil for ProposeAsync
+	// onDrop reports a refused ProposeAsync (no leader, say).
+	onDrop func(error)
 }
 
 type readWaiter struct {
@@ -238,6 +240,17 @@ func (n *Node) restore(opts *wal.Options) error {
 		n.confState.Store(snap.ConfState)
 		n.snapIndex = snap.Index
 	}
+	// The WAL's commit index may lag (commit-only changes are not written,
+	// see handleReady), but everything at or below the snapshot, and
+	// everything the state machine applied, was committed.
+	last := snap.Index
+	if len(ents) > 0 {
+		last = ents[len(ents)-1].GetIndex()
+	}
+	commit := max(hs.GetCommit(), snap.Index, min(n.sm.ConsistentIndex(), last))
+	if commit != hs.GetCommit() {
+		hs = &raftpb.HardState{Term: proto.Uint64(hs.GetTerm()), Vote: proto.Uint64(hs.GetVote()), Commit: proto.Uint64(commit)}
+	}
 	if err := n.storage.SetHardState(hs); err != nil {
 		return err
 	}
@@ -298,6 +311,20 @@ func encodeMetadata(id, cluster uint64) []byte {
 // once raft has accepted or refused it; the caller waits for the apply.
 func (n *Node) Propose(ctx context.Context, data []byte) error {
 	return n.propose(ctx, proposal{data: data, errc: make(chan error, 1)})
+}
+
+// ProposeAsync queues data for raft and returns without waiting for raft
+// to accept it, saving the proposer a goroutine round trip; if raft
+// refuses it, onDrop is called from the raft goroutine and must not block.
+func (n *Node) ProposeAsync(ctx context.Context, data []byte, onDrop func(error)) error {
+	select {
+	case n.propc <- proposal{data: data, onDrop: onDrop}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.done:
+		return n.stopErr()
+	}
 }
 
 // ProposeConfChange submits a membership change.

@@ -89,16 +89,23 @@ func (s *Server) proposeAs(ctx context.Context, req *pb.InternalRaftRequest, ai 
 	start := time.Now()
 	s.metrics.proposalsPending.Inc()
 	defer s.metrics.proposalsPending.Dec()
-	if err := s.node.Propose(ctx, data); err != nil {
+	drop := func(err error) {
+		if errors.Is(err, raft.ErrProposalDropped) {
+			err = errNoLeader
+		}
+		s.wait.trigger(id, applyResult{err: err, dropped: true})
+	}
+	if err := s.node.ProposeAsync(ctx, data, drop); err != nil {
 		s.wait.cancel(id)
 		s.metrics.proposalsFailed.Inc()
-		if errors.Is(err, raft.ErrProposalDropped) {
-			return applyResult{}, errNoLeader
-		}
 		return applyResult{}, readErr(ctx, err)
 	}
 	select {
 	case r := <-ch:
+		if r.dropped {
+			s.metrics.proposalsFailed.Inc()
+			return applyResult{}, r.err
+		}
 		s.metrics.proposalsCommitted.Inc()
 		s.metrics.observeApply(time.Since(start))
 		return r, nil

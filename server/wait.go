@@ -13,6 +13,8 @@ type applyResult struct {
 	// done, if set, closes when background work the request started has
 	// finished (a compaction's physical deletion).
 	done <-chan struct{}
+	// dropped means raft refused the proposal; err says why.
+	dropped bool
 }
 
 // waitRegistry hands apply results to the goroutines that proposed them,
