@@ -160,7 +160,7 @@ type WatchStream struct {
 // NewWatchStream opens a stream. Close it when the client goes away.
 func (s *WatchableStore) NewWatchStream() *WatchStream {
 	ws := &WatchStream{
-		s: s, in: make(chan streamMsg, s.cfg.ChanSize), out: make(chan WatchResponse, 16),
+		s: s, in: make(chan streamMsg, s.cfg.ChanSize), out: make(chan WatchResponse, s.cfg.ChanSize),
 		kick: make(chan struct{}, 1), done: make(chan struct{}), exit: make(chan struct{}),
 		watchers: map[WatchID]*watcher{},
 	}
