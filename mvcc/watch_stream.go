@@ -101,12 +101,16 @@ func FragmentResponse(wr *pb.WatchResponse, maxBytes int) []*pb.WatchResponse {
 			Header: wr.Header, WatchId: wr.WatchId, Created: wr.Created, Canceled: wr.Canceled,
 			CompactRevision: wr.CompactRevision, CancelReason: wr.CancelReason, Fragment: true,
 		}
-		n := 0
+		// A repeated field encodes each element on its own, so the size
+		// of a part is its empty size plus each event's: linear, where
+		// re-measuring the growing part would be quadratic.
+		size, n := proto.Size(cur), 0
 		for n < len(evs) {
-			cur.Events = evs[:n+1]
-			if n > 0 && proto.Size(cur) >= maxBytes {
+			es := proto.Size(&pb.WatchResponse{Events: evs[n : n+1]})
+			if n > 0 && size+es >= maxBytes {
 				break
 			}
+			size += es
 			n++
 		}
 		cur.Events = evs[:n:n]
