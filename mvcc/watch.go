@@ -126,7 +126,9 @@ type WatchConfig struct {
 	// default 10 minutes; up to a tenth is added as jitter, as etcd does).
 	ProgressNotifyInterval time.Duration
 	// ChanSize is how many responses a stream buffers before its watchers
-	// become victims (etcd's chanBufLen, default 128).
+	// become victims (etcd's chanBufLen, default 128). The stream has two
+	// such buffers, one on each side of its forwarder, so that a client
+	// that falls briefly behind does not turn its watchers into victims.
 	ChanSize int
 	// SyncBatchRevs is the most revisions one catch-up round reads for
 	// unsynced watchers (etcd's watchBatchMaxRevs, default 1000). It bounds

@@ -101,12 +101,16 @@ func FragmentResponse(wr *pb.WatchResponse, maxBytes int) []*pb.WatchResponse {
 			Header: wr.Header, WatchId: wr.WatchId, Created: wr.Created, Canceled: wr.Canceled,
 			CompactRevision: wr.CompactRevision, CancelReason: wr.CancelReason, Fragment: true,
 		}
-		n := 0
+		// A repeated field encodes each element on its own, so the size
+		// of a part is its empty size plus each event's: linear, where
+		// re-measuring the growing part would be quadratic.
+		size, n := proto.Size(cur), 0
 		for n < len(evs) {
-			cur.Events = evs[:n+1]
-			if n > 0 && proto.Size(cur) >= maxBytes {
+			es := proto.Size(&pb.WatchResponse{Events: evs[n : n+1]})
+			if n > 0 && size+es >= maxBytes {
 				break
 			}
+			size += es
 			n++
 		}
 		cur.Events = evs[:n:n]
@@ -160,7 +164,7 @@ type WatchStream struct {
 // NewWatchStream opens a stream. Close it when the client goes away.
 func (s *WatchableStore) NewWatchStream() *WatchStream {
 	ws := &WatchStream{
-		s: s, in: make(chan streamMsg, s.cfg.ChanSize), out: make(chan WatchResponse, 16),
+		s: s, in: make(chan streamMsg, s.cfg.ChanSize), out: make(chan WatchResponse, s.cfg.ChanSize),
 		kick: make(chan struct{}, 1), done: make(chan struct{}), exit: make(chan struct{}),
 		watchers: map[WatchID]*watcher{},
 	}

@@ -215,22 +215,35 @@ func (s *WatchableStore) retryVictims() int {
 		n := min(len(list), victimChunk)
 		s.mu.Lock()
 		unsynced := false
+		// One message per stream, as in notify: a stream that has room
+		// takes all of its victims at once.
+		perStream := map[*WatchStream][]streamMsg{}
 		for _, w := range list[:n] {
-			vb := s.victims[w]
-			if vb == nil {
-				continue // canceled meanwhile
+			if vb := s.victims[w]; vb != nil { // else canceled meanwhile
+				perStream[w.stream] = append(perStream[w.stream], streamMsg{w: w, resp: WatchResponse{WatchID: w.id, Events: vb.evs, Revision: vb.rev}})
 			}
-			if !w.trySend(WatchResponse{WatchID: w.id, Events: vb.evs, Revision: vb.rev}) {
+		}
+		for st, msgs := range perStream {
+			m := msgs[0]
+			if len(msgs) > 1 {
+				m = streamMsg{batch: msgs}
+			}
+			select {
+			case st.in <- m:
+			default:
 				continue
 			}
-			delete(s.victims, w)
-			if w.minRev > s.notified {
-				w.state = stateSynced
-				s.synced.add(w)
-			} else {
-				w.state = stateUnsynced
-				s.unsynced.add(w)
-				unsynced = true
+			for _, m := range msgs {
+				w := m.w
+				delete(s.victims, w)
+				if w.minRev > s.notified {
+					w.state = stateSynced
+					s.synced.add(w)
+				} else {
+					w.state = stateUnsynced
+					s.unsynced.add(w)
+					unsynced = true
+				}
 			}
 		}
 		if unsynced {

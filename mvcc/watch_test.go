@@ -3,11 +3,13 @@ package mvcc
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
 )
 
 func TestWatchLive(t *testing.T) {
@@ -478,4 +480,34 @@ func TestWatchManyUnsynced(t *testing.T) {
 		}
 	}
 	waitFor(t, "every watcher synced", func() bool { return ts.SlowWatcherTotal() == 0 })
+}
+
+// TestFragmentSizes checks the parts against the limit by measuring them.
+func TestFragmentSizes(t *testing.T) {
+	var evs []*mvccpb.Event
+	for i := 0; i < 200; i++ {
+		evs = append(evs, &mvccpb.Event{Type: mvccpb.Event_PUT, Kv: &mvccpb.KeyValue{
+			Key: []byte(fmt.Sprintf("key-%d", i)), Value: make([]byte, i*7%300), ModRevision: int64(i + 2)}})
+	}
+	wr := &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: 300, ClusterId: 9}, WatchId: 4, Events: evs}
+	const limit = 1000
+	parts := FragmentResponse(wr, limit)
+	n := 0
+	for i, p := range parts {
+		sz := proto.Size(p)
+		if len(p.Events) > 1 && sz >= limit {
+			t.Fatalf("part %d: %d bytes with %d events", i, sz, len(p.Events))
+		}
+		// Adding the next event would have crossed the limit.
+		if i < len(parts)-1 {
+			next := &pb.WatchResponse{Header: p.Header, WatchId: p.WatchId, Fragment: true, Events: append(slices.Clone(p.Events), parts[i+1].Events[0])}
+			if proto.Size(next) < limit {
+				t.Fatalf("part %d stopped early at %d bytes", i, sz)
+			}
+		}
+		n += len(p.Events)
+	}
+	if n != len(evs) {
+		t.Fatalf("%d of %d events", n, len(evs))
+	}
 }
