@@ -119,6 +119,7 @@ func (s *Server) Serve() error {
 		s.lg.Info("serving metrics", "address", u.String())
 	}
 	go s.runLeases()
+	go s.runAutoCompaction()
 	go func() {
 		s.waitReady()
 		select {

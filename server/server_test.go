@@ -203,3 +203,44 @@ func TestRefusesEtcdDataDir(t *testing.T) {
 		t.Fatalf("New on an etcd data dir: %v", err)
 	}
 }
+
+func TestAutoCompactionPeriodic(t *testing.T) {
+	m := startMember(t, filepath.Join(t.TempDir(), "d"), "--auto-compaction-mode=periodic", "--auto-compaction-retention=1s")
+	defer m.stop(t)
+	ctx := context.Background()
+	deadline := time.Now().Add(8 * time.Second)
+	for m.s.kv.CompactRev() <= 0 && time.Now().Before(deadline) {
+		if _, err := m.kv.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if m.s.kv.CompactRev() <= 0 {
+		t.Fatal("no automatic compaction within 8s with a 1s periodic retention")
+	}
+	// It compacts to the revision of about one period ago, not the head.
+	if m.s.kv.CompactRev() >= m.s.kv.Rev() {
+		t.Fatalf("compacted to %d, the current revision is %d", m.s.kv.CompactRev(), m.s.kv.Rev())
+	}
+}
+
+func TestAutoCompactionRevision(t *testing.T) {
+	old := revisionCompactInterval
+	revisionCompactInterval = 200 * time.Millisecond
+	defer func() { revisionCompactInterval = old }()
+	m := startMember(t, filepath.Join(t.TempDir(), "d"), "--auto-compaction-mode=revision", "--auto-compaction-retention=10")
+	defer m.stop(t)
+	ctx := context.Background()
+	for i := 0; i < 30; i++ {
+		if _, err := m.kv.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for m.s.kv.CompactRev() != m.s.kv.Rev()-10 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got, want := m.s.kv.CompactRev(), m.s.kv.Rev()-10; got != want {
+		t.Fatalf("compact revision %d, want current minus retention %d", got, want)
+	}
+}
