@@ -13,7 +13,7 @@ FUZZTIME ?= 30s
 
 # Differential scenarios (e2e/scenarios_*_test.go) that strata must pass
 # against real etcd 3.7; the rest are added as their APIs land.
-E2E_SCENARIOS ?= kv|watch|lease|concurrency|maintenance|http|quota|auth|tls
+E2E_SCENARIOS ?= kv|watch|lease|concurrency|maintenance|cluster|http|quota|auth|tls
 
 all: build
 

@@ -37,9 +37,7 @@ func (a *applier) Apply(ents []*raftpb.Entry) {
 		case raftpb.EntryNormal:
 			a.applyNormal(idx, term, e.GetData())
 		default:
-			// Membership changes of a single member are the bootstrap
-			// entries; their effect on raft is applied by the raft layer.
-			a.s.kv.ApplyNoop(idx, term)
+			a.applyConfChange(idx, term, e)
 		}
 		a.applied.Store(idx)
 		a.s.metrics.proposalsApplied.Inc()

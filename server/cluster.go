@@ -21,11 +21,12 @@ type Member struct {
 // members is the membership, guarded by its own lock: the apply goroutine
 // writes it, RPCs read it.
 type members struct {
-	mu sync.RWMutex
-	m  map[uint64]*Member
+	mu      sync.RWMutex
+	m       map[uint64]*Member
+	removed map[uint64]bool
 }
 
-func newMembers() *members { return &members{m: map[uint64]*Member{}} }
+func newMembers() *members { return &members{m: map[uint64]*Member{}, removed: map[uint64]bool{}} }
 
 func (ms *members) add(m *Member) {
 	ms.mu.Lock()
@@ -77,11 +78,5 @@ func (c *clusterServer) MemberList(ctx context.Context, r *pb.MemberListRequest)
 		}
 	}
 	// etcd's cluster responses carry no revision.
-	h := c.s.header(0)
-	h.Revision = 0
-	resp := &pb.MemberListResponse{Header: h}
-	for _, m := range c.s.members.list() {
-		resp.Members = append(resp.Members, m.pb())
-	}
-	return resp, nil
+	return &pb.MemberListResponse{Header: c.header(), Members: c.memberList()}, nil
 }

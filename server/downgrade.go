@@ -59,13 +59,20 @@ func (m *maintenanceServer) Downgrade(ctx context.Context, r *pb.DowngradeReques
 		}
 		d.mu.Unlock()
 	case pb.DowngradeRequest_CANCEL:
+		// etcd 3.7 answers a cancel with success whether or not a
+		// downgrade was in progress.
 		d.mu.Lock()
-		if !d.enabled {
-			d.mu.Unlock()
-			return nil, rpctypes.ErrGRPCNoInflightDowngrade
-		}
 		d.enabled, d.target = false, ""
 		d.mu.Unlock()
 	}
-	return &pb.DowngradeResponse{Header: s.header(0), Version: ClusterVersion}, nil
+	return &pb.DowngradeResponse{Header: s.header(0), Version: majorMinor(ClusterVersion)}, nil
+}
+
+// majorMinor turns "3.7.0" into "3.7", as etcd reports cluster versions.
+func majorMinor(v string) string {
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return v
+	}
+	return parts[0] + "." + parts[1]
 }

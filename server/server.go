@@ -205,10 +205,16 @@ func (s *Server) bootstrapIDs() error {
 		return err
 	}
 	s.members = newMembers()
+	persisted, err := s.members.load(s.db)
+	if err != nil {
+		return err
+	}
 	var ids []uint64
 	for name, urls := range initial {
 		m := &Member{ID: memberID(urls, cfg.InitialClusterToken), Name: name, PeerURLs: urlStrings(urls)}
-		s.members.add(m)
+		if !persisted {
+			s.members.add(m)
+		}
 		ids = append(ids, m.ID)
 	}
 	if wal.Exist(nil, cfg.WALDir()) {
@@ -230,6 +236,11 @@ func (s *Server) bootstrapIDs() error {
 		s.members.add(&Member{ID: s.id, Name: cfg.Name, PeerURLs: urlStrings(cfg.AdvertisePeerURLs),
 			ClientURLs: urlStrings(cfg.AdvertiseClientURLs)})
 	}
+	// Persist the membership with this member's current attributes (etcd
+	// publishes them through raft; a single member writes them directly).
+	w := s.be.BeginWrite()
+	s.members.persist(w)
+	w.End(0, 0)
 	return nil
 }
 
