@@ -189,6 +189,9 @@ func (db *DB) writeDirty(pages []dirtyPage, hwm pgid) error {
 	ps := int64(db.pageSize)
 	need := int64(hwm) * ps
 	db.sizeMu.Lock()
+	for need > db.zeroed && db.zeroBusy {
+		db.sizeCond.Wait() // the preallocator is writing zeros where our pages go
+	}
 	db.reserved = need
 	if need > db.fileSize {
 		grow := min(max(need/16, 16*ps), 64<<20)
@@ -229,6 +232,10 @@ func (db *DB) writeDirty(pages []dirtyPage, hwm pgid) error {
 		db.st.pageWrites.Add(1)
 		i = j
 	}
+	db.sizeMu.Lock()
+	db.zeroed = max(db.zeroed, need)
+	db.kickPrealloc(need)
+	db.sizeMu.Unlock()
 	return nil
 }
 
@@ -289,6 +296,9 @@ func (db *DB) writeMeta(m *meta) error {
 func (db *DB) shrinkFile(size int64) {
 	db.sizeMu.Lock()
 	defer db.sizeMu.Unlock()
+	for db.zeroBusy {
+		db.sizeCond.Wait()
+	}
 	size = max(size, db.reserved)
 	if db.file == nil || size >= db.fileSize {
 		return
@@ -298,6 +308,7 @@ func (db *DB) shrinkFile(size int64) {
 		return
 	}
 	db.fileSize = size
+	db.zeroed = min(db.zeroed, size)
 	db.st.fileSize.Store(size)
 	// No sync: if the shorter size is lost in a crash the file is just
 	// longer than hwm again, which Open accepts.

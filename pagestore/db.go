@@ -49,6 +49,11 @@ type DB struct {
 	sizeMu   sync.Mutex
 	fileSize int64         // guarded by sizeMu
 	reserved int64         // guarded by sizeMu: bytes the latest commit's pages need
+	zeroed   int64         // guarded by sizeMu: see prealloc.go
+	zeroBusy bool          // guarded by sizeMu: see prealloc.go
+	sizeCond *sync.Cond    // on sizeMu: signalled when a zeroing pass ends
+	zeroCh   chan struct{} // wakes the preallocator; nil when disabled
+	zeroDone chan struct{} // closed when the preallocator exits
 	metaBuf  [2][]byte     // guarded by writeMu: bytes last written to each meta slot
 	failed   error         // guarded by writeMu: set when the disk state is unknown
 	scratch  []byte        // guarded by writeMu: buffer for coalesced writes
@@ -69,6 +74,7 @@ func Open(path string, opts *Options) (*DB, error) {
 	o := opts.withDefaults()
 	db := &DB{path: path, opts: o, fs: o.FS, log: o.Logger, readers: map[uint64]int{}}
 	db.readersDone = sync.NewCond(&db.readersMu)
+	db.sizeCond = sync.NewCond(&db.sizeMu)
 	lk, err := o.FS.Lock(path)
 	if err != nil {
 		if errors.Is(err, vfs.ErrLocked) {
@@ -80,6 +86,14 @@ func Open(path string, opts *Options) (*DB, error) {
 	if err := db.open(); err != nil {
 		db.closeFiles()
 		return nil, err
+	}
+	if !o.NoPrealloc {
+		db.zeroCh = make(chan struct{}, 1)
+		db.zeroDone = make(chan struct{})
+		go db.preallocLoop()
+		db.sizeMu.Lock()
+		db.kickPrealloc(db.reserved)
+		db.sizeMu.Unlock()
 	}
 	return db, nil
 }
@@ -134,6 +148,8 @@ func (db *DB) open() error {
 		return err
 	}
 	db.fl = fl
+	db.reserved = int64(m.hwm) * int64(db.pageSize)
+	db.zeroed = db.reserved
 	db.meta.Store(m)
 	db.st.txid.Store(m.txid)
 	db.publishSpace(m.hwm)
@@ -308,6 +324,7 @@ func (db *DB) Close() error {
 	}
 	db.writeMu.Lock()
 	defer db.writeMu.Unlock()
+	db.stopPrealloc()
 	db.readersMu.Lock()
 	db.closing = true
 	for len(db.readers) > 0 {

@@ -269,7 +269,7 @@ func TestCommitFaultsKeepPreviousCommit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			path := tmpDB(t)
 			fs := vfs.NewFaultFS(vfs.Default, nil)
-			db := openT(t, path, &Options{FS: fs})
+			db := openT(t, path, &Options{FS: fs, NoPrealloc: true})
 			fillBatch(t, db, 1, 2000)
 			want := dump(t, db)
 			prev := txID(t, db)

@@ -41,6 +41,14 @@ type Options struct {
 	// only where address space is scarce.
 	MaxMapSize int64
 
+	// NoPrealloc turns off the background goroutine that keeps a
+	// zero-filled, synced region (1/16 of the database, 1 MiB to 256 MiB)
+	// beyond the data, which makes each commit's fdatasync cheaper (see
+	// prealloc.go). Default false. Turn it off where disk space is tight,
+	// or in fault-injection tests that need every write to come from a
+	// commit.
+	NoPrealloc bool
+
 	// StrictMode runs the full invariant checker (Tx.Check) after every
 	// commit, under the write lock; a failure is returned from Commit
 	// wrapping ErrCorrupt. It costs O(database size) per commit: use it in
