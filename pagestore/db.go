@@ -54,6 +54,7 @@ type DB struct {
 	sizeCond *sync.Cond    // on sizeMu: signalled when a zeroing pass ends
 	zeroCh   chan struct{} // wakes the preallocator; nil when disabled
 	zeroDone chan struct{} // closed when the preallocator exits
+	zeroStop atomic.Bool   // asks the preallocator to stop at once
 	metaBuf  [2][]byte     // guarded by writeMu: bytes last written to each meta slot
 	failed   error         // guarded by writeMu: set when the disk state is unknown
 	scratch  []byte        // guarded by writeMu: buffer for coalesced writes

@@ -1,5 +1,7 @@
 package pagestore
 
+import "errors"
+
 // Zero-filled preallocation.
 //
 // A commit's fdatasync is much cheaper when the pages it wrote already had
@@ -25,6 +27,8 @@ package pagestore
 //     zeroed space remain.
 // The region beyond hwm holds no live page of the newest durable commit,
 // so overwriting it with zeros is always safe.
+
+var errPreallocStopped = errors.New("preallocation stopped")
 
 func preallocAhead(need int64) int64 {
 	return min(max(need/16, 1<<20), 256<<20)
@@ -66,6 +70,10 @@ func (db *DB) preallocLoop() {
 
 		var err error
 		for off := start; off < end && err == nil; off += int64(len(buf)) {
+			if db.zeroStop.Load() {
+				err = errPreallocStopped
+				break
+			}
 			err = writeFull(f, buf[:min(int64(len(buf)), end-off)], off)
 		}
 		if err == nil && !db.opts.NoSync {
@@ -79,7 +87,7 @@ func (db *DB) preallocLoop() {
 				db.fileSize = end
 				db.st.fileSize.Store(end)
 			}
-		} else {
+		} else if err != errPreallocStopped {
 			db.log.Warn("pagestore: preallocation failed", "path", db.path, "offset", start, "err", err)
 		}
 		db.zeroBusy = false
@@ -93,6 +101,7 @@ func (db *DB) stopPrealloc() {
 	if db.zeroCh == nil {
 		return
 	}
+	db.zeroStop.Store(true)
 	close(db.zeroCh)
 	<-db.zeroDone
 	db.zeroCh = nil
