@@ -300,7 +300,7 @@ func (db *DB) shrinkFile(size int64) {
 		db.sizeCond.Wait()
 	}
 	size = max(size, db.reserved)
-	if db.file == nil || size >= db.fileSize {
+	if db.file == nil || db.copiers > 0 || size >= db.fileSize {
 		return
 	}
 	if err := db.file.Truncate(size); err != nil {

@@ -117,3 +117,4 @@ func TestStats(t *testing.T) {
 	}
 	rtx.Rollback()
 }
+

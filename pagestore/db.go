@@ -51,6 +51,7 @@ type DB struct {
 	reserved int64         // guarded by sizeMu: bytes the latest commit's pages need
 	zeroed   int64         // guarded by sizeMu: see prealloc.go
 	zeroBusy bool          // guarded by sizeMu: see prealloc.go
+	copiers  int           // guarded by sizeMu: running WriteTo calls; no shrinking meanwhile
 	sizeCond *sync.Cond    // on sizeMu: signalled when a zeroing pass ends
 	zeroCh   chan struct{} // wakes the preallocator; nil when disabled
 	zeroDone chan struct{} // closed when the preallocator exits

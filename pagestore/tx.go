@@ -263,7 +263,21 @@ func (tx *Tx) WriteTo(w io.Writer) (int64, error) {
 	if tx.writable {
 		return 0, fmt.Errorf("pagestore: WriteTo needs a read transaction")
 	}
-	ps := tx.db.pageSize
+	db := tx.db
+	ps := db.pageSize
+	// Pages free in this snapshot may since have been cut off the end of
+	// the file by online defrag; reading them through the mapping would
+	// fault. Hold off truncation while copying, and copy zeros for
+	// whatever lies past the file's end now (it is free in this snapshot).
+	db.sizeMu.Lock()
+	db.copiers++
+	limit := db.fileSize
+	db.sizeMu.Unlock()
+	defer func() {
+		db.sizeMu.Lock()
+		db.copiers--
+		db.sizeMu.Unlock()
+	}()
 	buf := make([]byte, 2*ps)
 	m := tx.meta
 	m.encode(buf[:ps], 0)
@@ -276,9 +290,17 @@ func (tx *Tx) WriteTo(w io.Writer) (int64, error) {
 	}
 	const chunk = 1 << 20
 	end := int64(tx.meta.hwm) * int64(ps)
+	var zeros []byte
 	for off := int64(2 * ps); off < end; off += chunk {
 		e := min(off+chunk, end)
-		n, err := w.Write(tx.db.data[off:e])
+		src := db.data[off:max(off, min(e, limit))]
+		if len(src) < int(e-off) {
+			if zeros == nil {
+				zeros = make([]byte, chunk)
+			}
+			src = append(append([]byte(nil), src...), zeros[:int(e-off)-len(src)]...)
+		}
+		n, err := w.Write(src)
 		total += int64(n)
 		if err != nil {
 			return total, err
