@@ -117,4 +117,3 @@ func TestStats(t *testing.T) {
 	}
 	rtx.Rollback()
 }
-
