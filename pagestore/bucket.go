@@ -3,6 +3,7 @@ package pagestore
 import (
 	"bytes"
 	"fmt"
+	"sort"
 )
 
 // Bucket is a named B+tree of keys, valid for the life of its transaction.
@@ -34,16 +35,56 @@ func (b *Bucket) Get(key []byte) ([]byte, error) {
 }
 
 func (b *Bucket) get(key []byte) ([]byte, uint32, error) {
-	var stack [8]elemRef
-	c := Cursor{b: b, stack: stack[:0]}
-	if err := c.search(key); err != nil {
-		return nil, 0, err
-	}
-	k, v, flags := c.current()
-	if k == nil || !bytes.Equal(k, key) {
+	// A plain descent, without a Cursor, so nothing escapes to the heap.
+	id := b.root
+	if id == 0 && b.rootNode == nil {
 		return nil, 0, nil
 	}
-	return v, flags, nil
+	for depth := 0; depth < 64; depth++ {
+		p, n, err := b.pageNode(id)
+		if err != nil {
+			return nil, 0, err
+		}
+		if n != nil {
+			i := sort.Search(len(n.inodes), func(i int) bool { return bytes.Compare(n.inodes[i].key, key) >= 0 })
+			if n.leaf {
+				if i < len(n.inodes) && bytes.Equal(n.inodes[i].key, key) {
+					return n.inodes[i].value, n.inodes[i].flags, nil
+				}
+				return nil, 0, nil
+			}
+			if i == len(n.inodes) || !bytes.Equal(n.inodes[i].key, key) {
+				i--
+			}
+			if i < 0 {
+				i = 0
+			}
+			if len(n.inodes) == 0 {
+				return nil, 0, corruptf(b.tx.db.path, "empty branch node in bucket %q", b.name)
+			}
+			id = n.inodes[i].child
+			continue
+		}
+		cnt := pgCount(p)
+		if pgFlags(p) == flagLeaf {
+			i := searchPage(p, cnt, key, 8, 0)
+			if i < cnt {
+				if f, k, v := leafElem(p, i); bytes.Equal(k, key) {
+					return v, f, nil
+				}
+			}
+			return nil, 0, nil
+		}
+		if cnt == 0 {
+			return nil, 0, corruptf(b.tx.db.path, "page %d: empty branch page in bucket %q", id, b.name)
+		}
+		i := searchPage(p, cnt, key, 4, 1)
+		if i > 0 {
+			i--
+		}
+		_, id = branchElem(p, i)
+	}
+	return nil, 0, corruptf(b.tx.db.path, "bucket %q: tree deeper than 64 levels", b.name)
 }
 
 // Put stores value under key, copying both.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -76,7 +77,7 @@ func BenchmarkEngine(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				start := time.Now()
+				start, c0 := time.Now(), cpuTime()
 				for lo := 0; lo < nkeys; lo += batch {
 					keys := make([][]byte, 0, batch)
 					for i := lo; i < min(lo+batch, nkeys); i++ {
@@ -91,6 +92,7 @@ func BenchmarkEngine(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.ReportMetric(float64(nkeys)/el.Seconds(), "ops/s")
+				reportCPU(b, c0, nkeys)
 				od, err := TimeOpen(eng.open, path)
 				if err != nil {
 					b.Fatal(err)
@@ -121,9 +123,10 @@ func BenchmarkEngine(b *testing.B) {
 						keys[i] = RevKey(uint64(1+rng.IntN(nkeys)), 0)
 					}
 					b.ResetTimer()
-					start := time.Now()
+					start, c0 := time.Now(), cpuTime()
 					found, err := e.Get(n, func(i int) []byte { return keys[i] })
 					el := time.Since(start)
+					reportCPU(b, c0, n)
 					if err != nil || found != n {
 						b.Fatalf("found %d of %d: %v", found, n, err)
 					}
@@ -135,7 +138,7 @@ func BenchmarkEngine(b *testing.B) {
 					const scans = 5000
 					rng := rand.New(rand.NewPCG(3, 4))
 					b.ResetTimer()
-					start := time.Now()
+					start, c0 := time.Now(), cpuTime()
 					total := 0
 					for i := 0; i < scans; i++ {
 						got, err := e.Scan(RevKey(uint64(1+rng.IntN(nkeys-1000)), 0), 1000)
@@ -146,6 +149,7 @@ func BenchmarkEngine(b *testing.B) {
 					}
 					el := time.Since(start)
 					b.ReportMetric(scans/el.Seconds(), "ops/s")
+					reportCPU(b, c0, scans)
 					b.ReportMetric(float64(total)/el.Seconds(), "keys/s")
 				})
 			})
@@ -153,7 +157,7 @@ func BenchmarkEngine(b *testing.B) {
 				withDB(b, func(e Engine) {
 					half := nkeys / 2
 					b.ResetTimer()
-					start := time.Now()
+					start, c0 := time.Now(), cpuTime()
 					for lo := 0; lo < half; lo += batch {
 						keys := make([][]byte, 0, batch)
 						for i := lo; i < min(lo+batch, half); i++ {
@@ -165,6 +169,7 @@ func BenchmarkEngine(b *testing.B) {
 					}
 					el := time.Since(start)
 					b.ReportMetric(float64(half)/el.Seconds(), "ops/s")
+					reportCPU(b, c0, half)
 					b.ReportMetric(float64(FileSize(path))/(1<<20), "file-MB")
 				})
 				populated = false // the workload changed the file
@@ -178,6 +183,20 @@ func BenchmarkEngine(b *testing.B) {
 			})
 		})
 	}
+}
+
+// cpuTime is this process's user+system CPU time. Reported beside wall
+// time because the machines these run on are shared: under load, wall
+// time mostly measures the neighbours.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports CPU microseconds per op since c0.
+func reportCPU(b *testing.B, c0 time.Duration, ops int) {
+	b.ReportMetric(float64((cpuTime()-c0).Nanoseconds())/1000/float64(ops), "cpu-us/op")
 }
 
 func largeSizes() []int64 {
@@ -246,7 +265,7 @@ func commitAtSize(b *testing.B, eng engineDef, size int64, val []byte) {
 	defer e.Close()
 	lat := make([]time.Duration, 0, largeRounds)
 	b.ResetTimer()
-	start := time.Now()
+	start, c0 := time.Now(), cpuTime()
 	for r := 0; r < largeRounds; r++ {
 		keys := make([][]byte, 0, largeCommit)
 		for i := 0; i < largeCommit; i++ {
@@ -260,6 +279,7 @@ func commitAtSize(b *testing.B, eng engineDef, size int64, val []byte) {
 		lat = append(lat, time.Since(t0))
 	}
 	el := time.Since(start)
+	reportCPU(b, c0, largeRounds*largeCommit)
 	b.StopTimer()
 	// Delete what this run added so the cached file keeps its size
 	// across runs (the freed pages are reused by the next run).
