@@ -143,7 +143,7 @@ func (tx *Tx) DeleteBucket(name []byte) error {
 	}
 	// Free the committed tree; in-memory nodes die with the Bucket.
 	if b.root != 0 {
-		if err := tx.freeTree(b.root); err != nil {
+		if err := tx.freeTree(b.root, 0); err != nil {
 			return err
 		}
 	}
@@ -153,7 +153,10 @@ func (tx *Tx) DeleteBucket(name []byte) error {
 	return tx.root.del(name)
 }
 
-func (tx *Tx) freeTree(id pgid) error {
+func (tx *Tx) freeTree(id pgid, depth int) error {
+	if depth > 64 {
+		return corruptf(tx.db.path, "page %d: tree deeper than 64 levels", id)
+	}
 	p, err := tx.page(id)
 	if err != nil {
 		return err
@@ -161,7 +164,7 @@ func (tx *Tx) freeTree(id pgid) error {
 	if pgFlags(p) == flagBranch {
 		for i := 0; i < pgCount(p); i++ {
 			_, c := branchElem(p, i)
-			if err := tx.freeTree(c); err != nil {
+			if err := tx.freeTree(c, depth+1); err != nil {
 				return err
 			}
 		}
