@@ -1,7 +1,5 @@
 package pagestore
 
-import "errors"
-
 // Zero-filled preallocation.
 //
 // A commit's fdatasync is much cheaper when the pages it wrote already had
@@ -28,14 +26,18 @@ import "errors"
 // The region beyond hwm holds no live page of the newest durable commit,
 // so overwriting it with zeros is always safe.
 
-var errPreallocStopped = errors.New("preallocation stopped")
-
 func preallocAhead(need int64) int64 {
-	return min(max(need/16, 1<<20), 256<<20)
+	return min(max(need/16, 1<<20), 64<<20)
 }
 
+// preallocChunk is written and synced at a time. fdatasync flushes every
+// dirty page of the file, so a commit's sync may have to carry whatever
+// zeros the preallocator has written but not yet synced: small chunks,
+// each synced at once, bound that to one chunk.
+const preallocChunk = 1 << 20
+
 // kickPrealloc wakes the preallocator if the zeroed tail is running out.
-// Caller holds sizeMu and writeMu.
+// Caller holds sizeMu.
 func (db *DB) kickPrealloc(need int64) {
 	if db.zeroCh == nil || db.zeroed-need >= preallocAhead(need)/2 {
 		return
@@ -48,52 +50,51 @@ func (db *DB) kickPrealloc(need int64) {
 
 func (db *DB) preallocLoop() {
 	defer close(db.zeroDone)
-	buf := make([]byte, 1<<20)
+	buf := make([]byte, preallocChunk)
 	for range db.zeroCh {
-		db.sizeMu.Lock()
-		f := db.file
-		need := db.reserved
-		ahead := preallocAhead(need)
-		if f == nil || db.zeroed-need >= ahead/2 {
-			db.sizeMu.Unlock()
-			continue
+		for !db.zeroStop.Load() && db.preallocChunk(buf) {
 		}
-		ps := int64(db.pageSize)
-		start := db.zeroed
-		end := min((need+ahead+ps-1)/ps*ps, db.opts.MaxMapSize)
-		if end <= start {
-			db.sizeMu.Unlock()
-			continue
-		}
-		db.zeroBusy = true
-		db.sizeMu.Unlock()
-
-		var err error
-		for off := start; off < end && err == nil; off += int64(len(buf)) {
-			if db.zeroStop.Load() {
-				err = errPreallocStopped
-				break
-			}
-			err = writeFull(f, buf[:min(int64(len(buf)), end-off)], off)
-		}
-		if err == nil && !db.opts.NoSync {
-			err = f.Sync()
-		}
-
-		db.sizeMu.Lock()
-		if err == nil {
-			db.zeroed = end
-			if end > db.fileSize {
-				db.fileSize = end
-				db.st.fileSize.Store(end)
-			}
-		} else if err != errPreallocStopped {
-			db.log.Warn("pagestore: preallocation failed", "path", db.path, "offset", start, "err", err)
-		}
-		db.zeroBusy = false
-		db.sizeCond.Broadcast()
-		db.sizeMu.Unlock()
 	}
+}
+
+// preallocChunk zero-fills and syncs one chunk past zeroed, and reports
+// whether more is needed.
+func (db *DB) preallocChunk(buf []byte) bool {
+	db.sizeMu.Lock()
+	f := db.file
+	need := db.reserved
+	ps := int64(db.pageSize)
+	target := min((need+preallocAhead(need)+ps-1)/ps*ps, db.opts.MaxMapSize)
+	start := db.zeroed
+	if f == nil || start >= target {
+		db.sizeMu.Unlock()
+		return false
+	}
+	end := min(start+int64(len(buf)), target)
+	db.zeroBusy = true
+	db.sizeMu.Unlock()
+
+	err := writeFull(f, buf[:end-start], start)
+	if err == nil && !db.opts.NoSync {
+		err = f.Sync()
+	}
+
+	db.sizeMu.Lock()
+	defer db.sizeMu.Unlock()
+	db.zeroBusy = false
+	db.sizeCond.Broadcast()
+	if err != nil {
+		db.log.Warn("pagestore: preallocation failed", "path", db.path, "offset", start, "err", err)
+		return false
+	}
+	// A commit may have raised zeroed past this chunk meanwhile only by
+	// waiting for it, so zeroed is still start here.
+	db.zeroed = max(db.zeroed, end)
+	if end > db.fileSize {
+		db.fileSize = end
+		db.st.fileSize.Store(end)
+	}
+	return end < target
 }
 
 // stopPrealloc ends the preallocator; caller holds writeMu.
