@@ -192,6 +192,9 @@ func (db *DB) writeDirty(pages []dirtyPage, hwm pgid) error {
 	for need > db.zeroed && db.zeroBusy {
 		db.sizeCond.Wait() // the preallocator is writing zeros where our pages go
 	}
+	// Claim [zeroed, need) before writing, so the preallocator's next
+	// chunk starts above our pages and can never overwrite them.
+	db.zeroed = max(db.zeroed, need)
 	db.reserved = need
 	if need > db.fileSize {
 		grow := min(max(need/16, 16*ps), 64<<20)
@@ -233,7 +236,6 @@ func (db *DB) writeDirty(pages []dirtyPage, hwm pgid) error {
 		i = j
 	}
 	db.sizeMu.Lock()
-	db.zeroed = max(db.zeroed, need)
 	db.kickPrealloc(need)
 	db.sizeMu.Unlock()
 	return nil

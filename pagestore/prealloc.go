@@ -20,9 +20,10 @@ package pagestore
 //     end above zeroed, waits on sizeCond until no zeroing is in flight.
 //     The preallocator only ever writes above the writer's reserved size,
 //     and the writer never writes into a range being zeroed.
-//   - After writing its pages the writer raises zeroed to what it wrote,
-//     and wakes the preallocator when fewer than preallocAhead/2 bytes of
-//     zeroed space remain.
+//   - Before writing its pages the writer raises zeroed to the end of
+//     what it will write (claiming the range: the preallocator starts each
+//     chunk at zeroed), and afterwards wakes the preallocator when fewer
+//     than preallocAhead/2 bytes of zeroed space remain.
 // The region beyond hwm holds no live page of the newest durable commit,
 // so overwriting it with zeros is always safe.
 
