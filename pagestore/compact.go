@@ -31,7 +31,7 @@ func Compact(dst, src string, progress func(done, total int64)) (err error) {
 		return err
 	}
 	defer sdb.Close()
-	ddb, err := Open(dst, &Options{NoSync: true, NoPrealloc: true})
+	ddb, err := Open(dst, &Options{NoSync: true})
 	if err != nil {
 		return err
 	}

@@ -70,7 +70,7 @@ func TestCompactAndWriteTo(t *testing.T) {
 		t.Fatal("Compact over an existing dst succeeded")
 	}
 	ss, ds := fileSize(t, src), fileSize(t, dst) // before Open preallocates
-	ddb := openT(t, dst, &Options{NoPrealloc: true})
+	ddb := openT(t, dst, nil)
 	defer ddb.Close()
 	sameContents(t, dump(t, ddb), want)
 	checkDB(t, ddb)

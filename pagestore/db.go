@@ -89,7 +89,7 @@ func Open(path string, opts *Options) (*DB, error) {
 		db.closeFiles()
 		return nil, err
 	}
-	if !o.NoPrealloc {
+	if o.Preallocate {
 		db.zeroCh = make(chan struct{}, 1)
 		db.zeroDone = make(chan struct{})
 		go db.preallocLoop()

@@ -118,11 +118,12 @@
 //
 // # Preallocation
 //
-// A background goroutine keeps a zero-filled, synced region ahead of hwm
-// (see prealloc.go), so commits overwrite initialized blocks and their
-// fdatasync need not commit file-system metadata. The file is therefore
-// usually somewhat larger than hwm; DB.Stats reports both. Options
-// NoPrealloc turns it off.
+// With Options.Preallocate, a background goroutine keeps a zero-filled,
+// synced region ahead of hwm (see prealloc.go), so commits overwrite
+// initialized blocks and their fdatasync need not commit file-system
+// metadata. The file is then somewhat larger than hwm; DB.Stats reports
+// the file size. It is off by default: on a busy shared disk its extra
+// fdatasyncs made commits wait more than they saved.
 //
 // # Checking
 //

@@ -269,7 +269,7 @@ func TestCommitFaultsKeepPreviousCommit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			path := tmpDB(t)
 			fs := vfs.NewFaultFS(vfs.Default, nil)
-			db := openT(t, path, &Options{FS: fs, NoPrealloc: true})
+			db := openT(t, path, &Options{FS: fs})
 			fillBatch(t, db, 1, 2000)
 			want := dump(t, db)
 			prev := txID(t, db)
@@ -327,7 +327,7 @@ func oneShot(match func(vfs.Event) bool, f *vfs.Fault) vfs.Hook {
 func TestQuota(t *testing.T) {
 	path := tmpDB(t)
 	const quota = 4 << 20
-	db := openT(t, path, &Options{MaxInUseBytes: quota, NoSync: true})
+	db := openT(t, path, &Options{MaxInUseBytes: quota, NoSync: true, Preallocate: true})
 	defer db.Close()
 	val := make([]byte, 256)
 	next := 0

@@ -80,9 +80,9 @@ func TestModel(t *testing.T) {
 	open := func() {
 		fs = vfs.NewFaultFS(vfs.Default, nil)
 		var err error
-		// No preallocator: its background writes would make crash points
-		// depend on timing, and the seed must replay exactly.
-		db, err = Open(path, &Options{FS: fs, NoSync: rng.IntN(4) != 0, StrictMode: true, NoPrealloc: true})
+		// No preallocator (the default): its background writes would make
+		// crash points depend on timing, and the seed must replay exactly.
+		db, err = Open(path, &Options{FS: fs, NoSync: rng.IntN(4) != 0, StrictMode: true})
 		if err != nil {
 			fail("open: %v", err)
 		}
@@ -316,7 +316,7 @@ func TestModel(t *testing.T) {
 				fail("close after crash: %v", err)
 			}
 			fs = vfs.NewFaultFS(vfs.Default, nil)
-			db2, err := Open(path, &Options{FS: fs, NoSync: true, StrictMode: true, NoPrealloc: true})
+			db2, err := Open(path, &Options{FS: fs, NoSync: true, StrictMode: true})
 			if err != nil {
 				fail("open after crash: %v", err)
 			}
