@@ -89,7 +89,6 @@ func Open(path string, opts *Options) (*DB, error) {
 		db.closeFiles()
 		return nil, err
 	}
-	go db.populate(db.meta.Load().hwm)
 	if o.Preallocate {
 		db.zeroCh = make(chan struct{}, 1)
 		db.zeroDone = make(chan struct{})
@@ -450,28 +449,4 @@ func (db *DB) endRead(txid uint64) {
 		db.readersDone.Broadcast()
 	}
 	db.readersMu.Unlock()
-}
-
-// populate pre-faults the mapping of the pages in use, in the background,
-// in 16 MiB steps, so that the first reads after Open do not each take a
-// page fault (about 2 us per page here, which doubled the cost of the
-// first scan over a cold mapping). Each step runs inside a short read
-// transaction, so Close waits for it rather than unmapping under it, and
-// no lock is held. It stops at the first error (an old kernel without
-// MADV_POPULATE_READ, a file cut shorter meanwhile: both harmless) and
-// when the DB closes.
-func (db *DB) populate(hwm pgid) {
-	const step = 16 << 20
-	end := int64(hwm) * int64(db.pageSize)
-	for off := int64(0); off < end; off += step {
-		tx, err := db.Begin(false)
-		if err != nil {
-			return
-		}
-		err = unix.Madvise(db.data[off:min(off+step, end)], unix.MADV_POPULATE_READ)
-		tx.Rollback()
-		if err != nil {
-			return
-		}
-	}
 }
