@@ -123,3 +123,7 @@ func human(n int64) string {
 	}
 	return fmt.Sprintf("%d B", n)
 }
+
+func init() {
+	register(command{name: "defrag", summary: "rewrite the page store into a compact file (server stopped)", run: intCommand(runDefrag)})
+}

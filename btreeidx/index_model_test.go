@@ -1,0 +1,435 @@
+package btreeidx
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"testing"
+)
+
+// histEvent is one change in the naive model: a put or a delete of a key.
+type histEvent struct {
+	key string
+	rev Revision
+	del bool
+}
+
+// history is the naive reference for the index: the full list of changes in
+// revision order, never compacted. Every answer is computed by scanning it.
+type history struct {
+	events []histEvent
+	byKey  map[string][]int // positions in events, per key, in order
+}
+
+func newHistory() *history { return &history{byKey: make(map[string][]int)} }
+
+func (h *history) add(e histEvent) {
+	h.byKey[e.key] = append(h.byKey[e.key], len(h.events))
+	h.events = append(h.events, e)
+}
+
+// last returns the position in byKey[key] of the key's newest change with
+// Main <= atRev, or -1.
+func (h *history) last(key string, atRev int64) int {
+	evs := h.byKey[key]
+	i := sort.Search(len(evs), func(i int) bool { return h.events[evs[i]].rev.Main > atRev })
+	return i - 1
+}
+
+// get: the newest change at or before atRev decides. A delete means not
+// found; a put's generation starts after the previous delete, and its
+// version counts the puts from there.
+func (h *history) get(key string, atRev int64) (mod, created Revision, ver int64, ok bool) {
+	i := h.last(key, atRev)
+	if i < 0 {
+		return
+	}
+	return h.at(key, i)
+}
+
+// at returns the state the key's i-th change left: not found for a delete,
+// else the put's revision, its generation's first put and its version.
+func (h *history) at(key string, i int) (mod, created Revision, ver int64, ok bool) {
+	evs := h.byKey[key]
+	e := h.events[evs[i]]
+	if e.del {
+		return
+	}
+	j := i
+	for j > 0 && !h.events[evs[j-1]].del {
+		j--
+	}
+	return e.rev, h.events[evs[j]].rev, int64(i - j + 1), true
+}
+
+// pos returns the position of the change at rev among the key's changes.
+func (h *history) pos(key string, rev Revision) int {
+	evs := h.byKey[key]
+	i, _ := slices.BinarySearchFunc(evs, rev, func(p int, r Revision) int { return h.events[p].rev.Compare(r) })
+	return i
+}
+
+func (h *history) live(key string) bool {
+	evs := h.byKey[key]
+	return len(evs) > 0 && !h.events[evs[len(evs)-1]].del
+}
+
+// kept is the model of Compact(rev)'s result for one key: the newest change
+// <= rev if it is a put, or a delete at exactly rev (Keep leaves that out).
+func (h *history) kept(key string, rev int64, withTombstone bool, into map[Revision]struct{}) {
+	i := h.last(key, rev)
+	if i < 0 {
+		return
+	}
+	e := h.events[h.byKey[key][i]]
+	if !e.del || withTombstone && e.rev.Main == rev {
+		into[e.rev] = struct{}{}
+	}
+}
+
+func (h *history) keys() []string {
+	return slices.Sorted(maps.Keys(h.byKey))
+}
+
+func (h *history) clone() *history {
+	c := &history{events: slices.Clone(h.events), byKey: make(map[string][]int, len(h.byKey))}
+	for k, v := range h.byKey {
+		c.byKey[k] = slices.Clone(v)
+	}
+	return c
+}
+
+const modelKeys = 40
+
+func modelKey(i int) string { return fmt.Sprintf("k%02d", i) }
+
+// modelRun is one index under test with its reference: the full history,
+// and the page store a compacting server would hold (the records not yet
+// deleted by a compaction).
+type modelRun struct {
+	t     *testing.T
+	rng   *rand.Rand
+	x     *Index
+	h     *history
+	store map[Revision]histEvent
+	// compacted is the last compaction revision, cur the last revision
+	// written; reads are compared at revisions in [compacted, cur].
+	compacted, cur int64
+	delPct         int // tenths of changes that are deletes
+	snaps          []snapshot
+
+	compactions, dropped, forks int
+}
+
+// snapshot is an Index.Clone kept read-only, with the revisions at which it
+// must still answer exactly as the index did when it was taken.
+type snapshot struct {
+	x         *Index
+	rev       int64 // last revision written before the Clone
+	compacted int64
+}
+
+// TestIndexModel drives the index with random transactions (1-3 changes on
+// distinct keys per main revision, as etcd's txn validation guarantees, and
+// in 4% of them a second change of one of those keys), deletes of missing
+// keys, compactions, read-only snapshots and forks, and compares every
+// answer with the naive history. Reads are compared at revisions >= the
+// last compaction, where the index must still be exact. At intervals and at
+// the end it rebuilds an index through Restore from the records a
+// compacted store would hold, and checks it answers like the live one.
+//
+// A fork is a Clone that gets its own random future (with its own copy of
+// the history), run in lockstep with the original's: both write keyIndexes
+// and nodes they share, so a write leaking through either way shows up as a
+// mismatch with one of the two histories.
+func TestIndexModel(t *testing.T) {
+	m := &modelRun{
+		t: t, rng: testRand(t), x: NewIndex(), h: newHistory(),
+		store: make(map[Revision]histEvent), cur: 1, delPct: 3,
+	}
+	const revisions = 30_000
+	for m.cur < revisions {
+		m.step(true)
+	}
+	m.checkRestore()
+	t.Logf("%d revisions, %d changes, %d compactions, %d keys dropped by compaction, %d forks, %d keys left after compaction at %d",
+		m.cur, len(m.h.events), m.compactions, m.dropped, m.forks, m.x.Len(), m.compacted)
+}
+
+// step writes one transaction and then, at random, compacts, takes a
+// snapshot, checks a restore or (if mayFork) runs a fork; every 50
+// revisions it compares reads with the model.
+func (m *modelRun) step(mayFork bool) {
+	t, rng := m.t, m.rng
+	t.Helper()
+	rev := m.cur + 1
+	if rev%5000 == 0 {
+		// Alternate put-heavy and delete-heavy phases, so keys are also
+		// wholly deleted and then dropped by compaction.
+		m.delPct = 3 + 4*rng.IntN(2)
+	}
+	var sub int64
+	changed := false
+	txnKeys := rng.Perm(modelKeys)[:1+rng.IntN(3)]
+	if rng.IntN(25) == 0 {
+		// etcd's txn validation never changes a key twice in one
+		// revision, but the index must stay correct if a caller does
+		// (for instance delete then put again).
+		txnKeys = append(txnKeys, txnKeys[0])
+	}
+	for _, ki := range txnKeys {
+		k := modelKey(ki)
+		e := histEvent{k, Revision{rev, sub}, rng.IntN(10) < m.delPct}
+		if e.del {
+			err := m.x.Tombstone([]byte(k), e.rev)
+			if !m.h.live(k) {
+				if !errors.Is(err, ErrRevisionNotFound) {
+					t.Fatalf("Tombstone(%s) of a missing key: %v", k, err)
+				}
+				continue // nothing deleted, no sub-revision used
+			}
+			if err != nil {
+				t.Fatalf("Tombstone(%s, %v): %v", k, e.rev, err)
+			}
+		} else if err := m.x.Put([]byte(k), e.rev); err != nil {
+			t.Fatalf("Put(%s, %v): %v", k, e.rev, err)
+		}
+		m.h.add(e)
+		m.store[e.rev] = e
+		sub++
+		changed = true
+	}
+	if changed {
+		m.cur = rev // revisions move only when something changed
+	}
+
+	switch rng.IntN(200) {
+	case 0, 1:
+		m.compact(m.compacted + rng.Int64N(m.cur-m.compacted+1))
+	case 2:
+		m.snaps = append(m.snaps, snapshot{m.x.Clone(), m.cur, m.compacted})
+		if len(m.snaps) > 4 {
+			m.snaps = m.snaps[1:]
+		}
+	case 3:
+		m.checkRestore()
+	case 4:
+		if mayFork {
+			m.fork()
+		}
+	}
+	if m.cur%50 == 0 && changed {
+		m.checkReads(m.x, m.cur, max(m.compacted, 1))
+		m.checkSince()
+		for _, s := range m.snaps {
+			// A snapshot answers as the index did when it was taken,
+			// whatever the live index did since.
+			m.checkReads(s.x, s.rev, max(s.compacted, 1))
+		}
+	}
+}
+
+// fork runs a clone of the index on its own copy of the model, in lockstep
+// with the original, so each writes entries the other shares and reads them
+// back after the other wrote.
+func (m *modelRun) fork() {
+	m.forks++
+	f := &modelRun{
+		t: m.t, rng: m.rng, x: m.x.Clone(), h: m.h.clone(), store: maps.Clone(m.store),
+		compacted: m.compacted, cur: m.cur, delPct: m.delPct,
+	}
+	for range 150 {
+		f.step(false)
+		m.step(false)
+	}
+	f.checkReads(f.x, f.cur, max(f.compacted, 1))
+	f.checkRestore()
+}
+
+// compact compacts at c and checks the kept set, Keep, and that the index
+// holds nothing else at or below c; then drops the store's other records.
+func (m *modelRun) compact(c int64) {
+	t := m.t
+	t.Helper()
+	want := make(map[Revision]struct{})
+	wantKeep := make(map[Revision]struct{})
+	for _, k := range m.h.keys() {
+		m.h.kept(k, c, true, want)
+		m.h.kept(k, c, false, wantKeep)
+	}
+	before := m.x.Len()
+	if got := m.x.Compact(c); !maps.Equal(got, want) {
+		t.Fatalf("Compact(%d) = %v; model %v", c, got, want)
+	}
+	if got := m.x.Keep(c); !maps.Equal(got, wantKeep) {
+		t.Fatalf("Keep(%d) = %v; model %v", c, got, wantKeep)
+	}
+	checkIndexTight(t, m.x, c, want)
+	m.compactions++
+	m.dropped += before - m.x.Len()
+	for r := range m.store {
+		if _, ok := want[r]; !ok && r.Main <= c {
+			delete(m.store, r)
+		}
+	}
+	m.compacted = c
+}
+
+// checkReads compares Get, Range, Revisions and CountRevisions of x with
+// the model at random revisions in [minRev, maxRev].
+func (m *modelRun) checkReads(x *Index, maxRev, minRev int64) {
+	t, rng, h := m.t, m.rng, m.h
+	t.Helper()
+	for range 8 {
+		at := minRev + rng.Int64N(maxRev-minRev+1)
+		k := modelKey(rng.IntN(modelKeys))
+		mod, cre, ver, err := x.Get([]byte(k), at)
+		wm, wc, wv, ok := h.get(k, at)
+		if ok != (err == nil) || ok && (mod != wm || cre != wc || ver != wv) {
+			t.Fatalf("Get(%s, %d) = %v %v %d %v; model %v %v %d %v", k, at, mod, cre, ver, err, wm, wc, wv, ok)
+		}
+	}
+	at := minRev + rng.Int64N(maxRev-minRev+1)
+	lo, hi := rng.IntN(modelKeys+1), rng.IntN(modelKeys+1)
+	var end []byte
+	if rng.IntN(4) == 0 {
+		end = []byte("\x00")
+		hi = modelKeys
+	} else {
+		end = []byte(modelKey(hi))
+	}
+	var wantKeys []string
+	var wantRevs []Revision
+	for i := lo; i < hi; i++ {
+		if m, _, _, ok := h.get(modelKey(i), at); ok {
+			wantKeys = append(wantKeys, modelKey(i))
+			wantRevs = append(wantRevs, m)
+		}
+	}
+	keys, revs := x.Range([]byte(modelKey(lo)), end, at)
+	var gotKeys []string
+	for _, k := range keys {
+		gotKeys = append(gotKeys, string(k))
+	}
+	if !slices.Equal(gotKeys, wantKeys) || !slices.Equal(revs, wantRevs) {
+		t.Fatalf("Range(%s, %q, %d) = %v %v; model %v %v", modelKey(lo), end, at, gotKeys, revs, wantKeys, wantRevs)
+	}
+	limit := rng.IntN(4)
+	revs, total := x.Revisions([]byte(modelKey(lo)), end, at, limit, true)
+	wantLim := wantRevs
+	if limit > 0 && len(wantLim) > limit {
+		wantLim = wantLim[:limit]
+	}
+	if total != len(wantRevs) || !slices.Equal(revs, wantLim) {
+		t.Fatalf("Revisions(limit %d) = %v total %d; model %v total %d", limit, revs, total, wantLim, len(wantRevs))
+	}
+	if n := x.CountRevisions([]byte(modelKey(lo)), end, at, 0); n != len(wantRevs) {
+		t.Fatalf("CountRevisions = %d; model %d", n, len(wantRevs))
+	}
+}
+
+// checkSince compares RangeSince with the model above the compaction, where
+// every revision is intact.
+func (m *modelRun) checkSince() {
+	t, rng, h := m.t, m.rng, m.h
+	t.Helper()
+	since := m.compacted + 1 + rng.Int64N(m.cur-m.compacted+1)
+	lo, hi := rng.IntN(modelKeys+1), rng.IntN(modelKeys+1)
+	// Per key, the changes since, with only the last change of a key in
+	// each main revision; then all keys in revision order.
+	var want []Revision
+	for _, k := range h.keys() {
+		if k < modelKey(lo) || k >= modelKey(hi) {
+			continue
+		}
+		first := len(want)
+		for _, p := range h.byKey[k] {
+			e := h.events[p]
+			if e.rev.Main < since {
+				continue
+			}
+			if len(want) > first && want[len(want)-1].Main == e.rev.Main {
+				want[len(want)-1] = e.rev
+				continue
+			}
+			want = append(want, e.rev)
+		}
+	}
+	slices.SortFunc(want, Revision.Compare)
+	got := m.x.RangeSince([]byte(modelKey(lo)), []byte(modelKey(hi)), since)
+	if !slices.Equal(got, want) {
+		t.Fatalf("RangeSince(%s, %s, %d) = %v; model %v", modelKey(lo), modelKey(hi), since, got, want)
+	}
+}
+
+// checkRestore rebuilds an index from the modeled store, in revision order
+// as the store does on open, and compares it with the live one.
+func (m *modelRun) checkRestore() {
+	t, rng, h := m.t, m.rng, m.h
+	t.Helper()
+	recs := slices.SortedFunc(maps.Values(m.store), func(a, b histEvent) int { return a.rev.Compare(b.rev) })
+	y := NewIndex()
+	for _, e := range recs {
+		var created Revision
+		var ver int64
+		if !e.del {
+			// The record's own create revision and version (not those
+			// of the last change in its main revision).
+			_, created, ver, _ = h.at(e.key, h.pos(e.key, e.rev))
+		}
+		if err := y.Restore([]byte(e.key), e.rev, created, ver, e.del); err != nil {
+			t.Fatalf("Restore(%s, %v): %v", e.key, e.rev, err)
+		}
+	}
+	if y.Len() != m.x.Len() {
+		t.Fatalf("restored index has %d keys, live %d", y.Len(), m.x.Len())
+	}
+	for range 20 {
+		at := m.compacted + rng.Int64N(m.cur-m.compacted+1)
+		k := modelKey(rng.IntN(modelKeys))
+		m1, c1, v1, e1 := m.x.Get([]byte(k), at)
+		m2, c2, v2, e2 := y.Get([]byte(k), at)
+		if m1 != m2 || c1 != c2 || v1 != v2 || (e1 == nil) != (e2 == nil) {
+			t.Fatalf("restored Get(%s, %d) = %v %v %d %v; live %v %v %d %v", k, at, m2, c2, v2, e2, m1, c1, v1, e1)
+		}
+	}
+	for _, rev := range []int64{m.compacted, m.compacted + rng.Int64N(m.cur-m.compacted+1)} {
+		if a, b := m.x.Keep(rev), y.Keep(rev); !maps.Equal(a, b) {
+			t.Fatalf("Keep(%d): restored %v, live %v", rev, b, a)
+		}
+	}
+}
+
+// checkIndexTight checks the keyIndex invariants of every entry, and that
+// after Compact(c) returned available the index holds no revision <= c
+// other than those: compaction dropped everything it could.
+func checkIndexTight(t *testing.T, x *Index, c int64, available map[Revision]struct{}) {
+	t.Helper()
+	x.tree.Ascend(func(ki *keyIndex) bool {
+		if ki.isEmpty() {
+			t.Fatalf("empty key %q left in the index", ki.key)
+		}
+		var prev Revision
+		for gi, g := range ki.generations {
+			if len(g.revs) == 0 && gi != len(ki.generations)-1 {
+				t.Fatalf("key %q: empty generation %d is not the last", ki.key, gi)
+			}
+			for _, r := range g.revs {
+				if !r.GreaterThan(prev) {
+					t.Fatalf("key %q: revisions not increasing: %v after %v", ki.key, r, prev)
+				}
+				prev = r
+				if _, ok := available[r]; r.Main <= c && !ok {
+					t.Fatalf("key %q: revision %v <= compaction %d survived but is not available", ki.key, r, c)
+				}
+			}
+		}
+		if prev != ki.modified {
+			t.Fatalf("key %q: modified %v, last revision %v", ki.key, ki.modified, prev)
+		}
+		return true
+	})
+}

@@ -1,0 +1,66 @@
+// Command strata is Strata's server: an etcd-compatible key-value member
+// that accepts etcd's flags, ETCD_* environment variables and
+// --config-file, and serves etcd's v3 API.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+
+	"github.com/strata-db/strata/server"
+	"github.com/strata-db/strata/server/config"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	cfg, err := config.Parse(os.Args[1:], os.Environ(), os.Stderr)
+	if err != nil {
+		if errors.Is(err, config.ErrHelp) {
+			fmt.Print(config.Help())
+			return 0
+		}
+		fmt.Fprintln(os.Stderr, err)
+		return config.ExitCode(err)
+	}
+	if cfg.PrintVersion {
+		fmt.Printf("etcd Version: %s\nStrata Version: %s\nGo Version: %s\nGo OS/Arch: %s/%s\n",
+			server.EtcdVersion, server.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		return 0
+	}
+	lg, closeLog, err := cfg.NewLogger()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer closeLog()
+	lg.Info("starting strata", "strata-version", server.Version, "etcd-version", server.EtcdVersion,
+		"go-version", runtime.Version(), "name", cfg.Name, "data-dir", cfg.DataDir, "wal-dir", cfg.WALDir())
+	s, err := server.New(cfg, lg)
+	if err != nil {
+		lg.Error("failed to start strata", "error", err)
+		return 1
+	}
+	if err := s.Serve(); err != nil {
+		lg.Error("failed to serve clients", "error", err)
+		s.Stop()
+		return 1
+	}
+	sigc := make(chan os.Signal, 2)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
+	select {
+	case sig := <-sigc:
+		lg.Info("received signal; shutting down", "signal", sig.String())
+	case <-s.Done():
+	}
+	if err := s.Stop(); err != nil {
+		lg.Error("error during shutdown", "error", err)
+		return 1
+	}
+	lg.Info("stopped strata", "name", cfg.Name)
+	return 0
+}

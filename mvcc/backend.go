@@ -1,0 +1,456 @@
+package mvcc
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/strata-db/strata/pagestore"
+)
+
+// Backend batches the apply goroutine's writes into page-store commits and
+// lets readers see committed pages plus the not-yet-committed batch.
+//
+// Locks and ownership:
+//   - batchMu is held by the apply goroutine from BeginWrite to End, and
+//     briefly by the committer to seal the current batch and to drop
+//     committed ones. Readers never take it.
+//   - commitMu serializes commits (the periodic committer, ForceCommit).
+//     Lock order: commitMu before batchMu.
+//   - state is the readers' view: the uncommitted key records, published
+//     atomically under batchMu after each write transaction and after each
+//     commit. A reader loads state first and then begins its page-store
+//     transaction; a batch leaves state only after its commit, so every
+//     record a reader may need is in one place or the other.
+type Backend struct {
+	db       *pagestore.DB
+	log      *slog.Logger
+	interval time.Duration
+	limit    int
+
+	batchMu     sync.Mutex
+	cur         *batch   // being filled; guarded by batchMu
+	uncommitted []*batch // sealed, not yet committed, in order; guarded by batchMu
+	ci          uint64   // consistent index of the newest write; guarded by batchMu
+
+	state atomic.Pointer[readState]
+
+	commitMu     sync.Mutex
+	committedCI  atomic.Uint64 // consistent index in the page store
+	pendingBytes atomic.Int64  // bytes written but not yet committed
+	commitErr    atomic.Pointer[error]
+	kick         chan struct{}
+	stop         chan struct{}
+	done         chan struct{}
+	commitHook   func(time.Duration)
+	commits      atomic.Uint64
+}
+
+// batch is one group of writes committed together.
+type batch struct {
+	keyRecs []keyRec // "key" bucket records, ascending revision
+	ops     []bucketOp
+	ci      uint64
+	term    uint64
+	bytes   int64 // key and value bytes written, for PendingBytes
+}
+
+// keyRec is a record of the key bucket: a revision and its encoded
+// mvccpb.KeyValue (an empty value for a tombstone).
+type keyRec struct {
+	rev       Revision
+	tombstone bool
+	value     []byte
+}
+
+type bucketOp struct {
+	bucket, key, value []byte
+	del                bool
+}
+
+// readState is what readers see of the uncommitted writes.
+type readState struct {
+	pending [][]keyRec // uncommitted key records by batch, ascending
+}
+
+// BackendConfig configures a Backend.
+type BackendConfig struct {
+	// BatchInterval is the longest a write waits in memory before being
+	// committed (etcd's --backend-batch-interval, default 100 ms).
+	BatchInterval time.Duration
+	// BatchLimit is the number of writes that triggers an early commit
+	// (etcd's --backend-batch-limit, default 10000).
+	BatchLimit int
+	Logger     *slog.Logger
+	// OnCommit observes each commit's duration (for
+	// etcd_disk_backend_commit_duration_seconds).
+	OnCommit func(time.Duration)
+}
+
+// NewBackend wraps an open page store and starts the committer.
+func NewBackend(db *pagestore.DB, cfg BackendConfig) (*Backend, error) {
+	if cfg.BatchInterval <= 0 {
+		cfg.BatchInterval = 100 * time.Millisecond
+	}
+	if cfg.BatchLimit <= 0 {
+		cfg.BatchLimit = 10000
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	b := &Backend{
+		db: db, log: cfg.Logger, interval: cfg.BatchInterval, limit: cfg.BatchLimit,
+		cur:  &batch{},
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		commitHook: cfg.OnCommit,
+	}
+	b.state.Store(&readState{})
+	err := db.Update(func(tx *pagestore.Tx) error {
+		for _, name := range [][]byte{KeyBucket, MetaBucket} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := db.View(func(tx *pagestore.Tx) error {
+		meta, err := tx.Bucket(MetaBucket)
+		if err != nil {
+			return err
+		}
+		v, err := meta.Get(metaConsistentIndex)
+		if err != nil {
+			return err
+		}
+		if len(v) == 8 {
+			b.ci = binary.BigEndian.Uint64(v)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	b.committedCI.Store(b.ci)
+	b.cur.ci = b.ci
+	go b.commitLoop()
+	return b, nil
+}
+
+// DB returns the page store.
+func (b *Backend) DB() *pagestore.DB { return b.db }
+
+// ConsistentIndex is the index of the last entry whose writes are in the
+// page store.
+func (b *Backend) ConsistentIndex() uint64 { return b.committedCI.Load() }
+
+// WriteTx collects the writes of one applied request. Only the apply
+// goroutine uses it, one at a time.
+type WriteTx struct {
+	b     *Backend
+	nRecs int // key records added by this transaction
+}
+
+// BeginWrite starts a write transaction, holding batchMu until End.
+func (b *Backend) BeginWrite() *WriteTx {
+	b.batchMu.Lock()
+	return &WriteTx{b: b}
+}
+
+// PutKeyRecord writes a key-bucket record. Revisions must ascend.
+func (w *WriteTx) PutKeyRecord(rev Revision, tombstone bool, value []byte) {
+	c := w.b.cur
+	c.keyRecs = append(c.keyRecs, keyRec{rev: rev, tombstone: tombstone, value: value})
+	c.bytes += int64(markedRevKeyLen + len(value))
+	w.b.pendingBytes.Add(int64(markedRevKeyLen + len(value)))
+	w.nRecs++
+}
+
+// Put writes key=value into bucket. The slices must not change afterwards.
+func (w *WriteTx) Put(bucket, key, value []byte) {
+	w.b.cur.ops = append(w.b.cur.ops, bucketOp{bucket: bucket, key: key, value: value})
+	w.b.cur.bytes += int64(len(key) + len(value))
+	w.b.pendingBytes.Add(int64(len(key) + len(value)))
+}
+
+// Delete deletes key from bucket.
+func (w *WriteTx) Delete(bucket, key []byte) {
+	w.b.cur.ops = append(w.b.cur.ops, bucketOp{bucket: bucket, key: key, del: true})
+}
+
+// End records the consistent index (and term) of the request, publishes
+// the transaction's key records to readers, and releases batchMu.
+func (w *WriteTx) End(ci, term uint64) {
+	b := w.b
+	c := b.cur
+	if ci > b.ci {
+		b.ci = ci
+	}
+	c.ci = b.ci
+	if term > c.term {
+		c.term = term
+	}
+	if w.nRecs > 0 {
+		b.publishLocked()
+	}
+	full := len(c.keyRecs)+len(c.ops) >= b.limit
+	b.batchMu.Unlock()
+	if full {
+		select {
+		case b.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// publishLocked republishes the readers' view. Called with batchMu held.
+func (b *Backend) publishLocked() {
+	p := make([][]keyRec, 0, len(b.uncommitted)+1)
+	for _, u := range b.uncommitted {
+		if len(u.keyRecs) > 0 {
+			p = append(p, u.keyRecs)
+		}
+	}
+	if len(b.cur.keyRecs) > 0 {
+		// A fixed-length slice: later appends by the apply goroutine go past
+		// its end and are invisible until the next publish.
+		p = append(p, b.cur.keyRecs[:len(b.cur.keyRecs):len(b.cur.keyRecs)])
+	}
+	b.state.Store(&readState{pending: p})
+}
+
+func (b *Backend) commitLoop() {
+	defer close(b.done)
+	t := time.NewTicker(b.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-b.kick:
+		case <-b.stop:
+			return
+		}
+		if err := b.commit(); err != nil {
+			b.log.Error("backend commit failed; writes stay in memory and are retried", "error", err)
+		}
+	}
+}
+
+// ForceCommit commits everything written so far and returns once it is
+// durable in the page store.
+func (b *Backend) ForceCommit() error { return b.commit() }
+
+// ErrCommitFailed wraps the page store's error when a batch cannot be
+// committed; the batch stays in memory and the commit is retried.
+var ErrCommitFailed = errors.New("mvcc: backend commit failed")
+
+func (b *Backend) commit() error {
+	b.commitMu.Lock()
+	defer b.commitMu.Unlock()
+	b.batchMu.Lock()
+	if len(b.cur.keyRecs) > 0 || len(b.cur.ops) > 0 || b.cur.ci != b.committedCI.Load() {
+		sealed := b.cur
+		b.uncommitted = append(b.uncommitted, sealed)
+		b.cur = &batch{ci: sealed.ci, term: sealed.term}
+	}
+	todo := append([]*batch(nil), b.uncommitted...)
+	b.batchMu.Unlock()
+	if len(todo) == 0 {
+		return nil
+	}
+	start := time.Now()
+	err := b.db.Update(func(tx *pagestore.Tx) error {
+		kb, err := tx.Bucket(KeyBucket)
+		if err != nil {
+			return err
+		}
+		buckets := map[string]*pagestore.Bucket{}
+		var kbuf []byte
+		for _, bt := range todo {
+			for _, r := range bt.keyRecs {
+				kbuf = appendRevKey(kbuf[:0], r.rev, r.tombstone)
+				if err := kb.Put(kbuf, r.value); err != nil {
+					return err
+				}
+			}
+			for _, op := range bt.ops {
+				bk, ok := buckets[string(op.bucket)]
+				if !ok {
+					if bk, err = tx.CreateBucketIfNotExists(op.bucket); err != nil {
+						return err
+					}
+					buckets[string(op.bucket)] = bk
+				}
+				if op.del {
+					err = bk.Delete(op.key)
+				} else {
+					err = bk.Put(op.key, op.value)
+				}
+				if err != nil {
+					return err
+				}
+			}
+		}
+		last := todo[len(todo)-1]
+		meta, err := tx.Bucket(MetaBucket)
+		if err != nil {
+			return err
+		}
+		if err := meta.Put(metaConsistentIndex, u64bytes(last.ci)); err != nil {
+			return err
+		}
+		if last.term > 0 {
+			return meta.Put(metaTerm, u64bytes(last.term))
+		}
+		return nil
+	})
+	if err != nil {
+		err = fmt.Errorf("%w: %w", ErrCommitFailed, err)
+		b.commitErr.Store(&err)
+		return err
+	}
+	b.commitErr.Store(nil)
+	d := time.Since(start)
+	b.commits.Add(1)
+	if b.commitHook != nil {
+		b.commitHook(d)
+	}
+	b.committedCI.Store(todo[len(todo)-1].ci)
+	for _, bt := range todo {
+		b.pendingBytes.Add(-bt.bytes)
+	}
+	b.batchMu.Lock()
+	b.uncommitted = b.uncommitted[len(todo):]
+	b.publishLocked()
+	b.batchMu.Unlock()
+	return nil
+}
+
+// PendingBytes is the size of writes not yet committed to the page store,
+// which the quota adds to the page store's bytes in use.
+func (b *Backend) PendingBytes() int64 { return b.pendingBytes.Load() }
+
+// LastCommitError returns the error of the last failed commit, or nil once
+// a commit succeeds again.
+func (b *Backend) LastCommitError() error {
+	if e := b.commitErr.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// Close stops the committer, commits what is pending and closes nothing
+// else: the caller owns the page store.
+func (b *Backend) Close() error {
+	close(b.stop)
+	<-b.done
+	return b.commit()
+}
+
+// ReadTx is a consistent read view: a page-store read transaction plus
+// the uncommitted key records published before it began.
+type ReadTx struct {
+	tx      *pagestore.Tx
+	kb      *pagestore.Bucket
+	pending [][]keyRec
+}
+
+// BeginRead starts a read view. End it with Close.
+func (b *Backend) BeginRead() (*ReadTx, error) {
+	st := b.state.Load()
+	tx, err := b.db.Begin(false)
+	if err != nil {
+		return nil, err
+	}
+	kb, err := tx.Bucket(KeyBucket)
+	if err != nil {
+		tx.Rollback()
+		return nil, err
+	}
+	return &ReadTx{tx: tx, kb: kb, pending: st.pending}, nil
+}
+
+// Close ends the read view.
+func (r *ReadTx) Close() { r.tx.Rollback() }
+
+// Tx returns the underlying page-store transaction (committed data only).
+func (r *ReadTx) Tx() *pagestore.Tx { return r.tx }
+
+// findPending returns the pending record of rev, if any.
+func (r *ReadTx) findPending(rev Revision) (keyRec, bool) {
+	for i := len(r.pending) - 1; i >= 0; i-- {
+		recs := r.pending[i]
+		if len(recs) == 0 || recs[0].rev.Compare(rev) > 0 {
+			continue
+		}
+		j := sort.Search(len(recs), func(j int) bool { return recs[j].rev.Compare(rev) >= 0 })
+		if j < len(recs) && recs[j].rev == rev {
+			return recs[j], true
+		}
+		return keyRec{}, false
+	}
+	return keyRec{}, false
+}
+
+// GetRevision returns the stored value of a put at rev. The result is
+// valid until Close.
+func (r *ReadTx) GetRevision(rev Revision) ([]byte, error) {
+	if rec, ok := r.findPending(rev); ok {
+		return rec.value, nil
+	}
+	var kbuf [markedRevKeyLen]byte
+	return r.kb.Get(appendRevKey(kbuf[:0], rev, false))
+}
+
+// ScanRevisions calls fn for every key record with from <= main <= to in
+// revision order, committed ones first, then pending ones. fn's slices are
+// valid until Close. Returning false stops the scan.
+func (r *ReadTx) ScanRevisions(from, to int64, fn func(rev Revision, tombstone bool, value []byte) bool) error {
+	firstPending := Revision{Main: 1 << 62}
+	for _, p := range r.pending {
+		if len(p) > 0 {
+			firstPending = p[0].rev
+			break
+		}
+	}
+	c := r.kb.Cursor()
+	start := revKey(Revision{Main: from}, false)
+	for k, v := c.Seek(start); k != nil; k, v = c.Next() {
+		rev, tomb, err := parseRevKey(k)
+		if err != nil {
+			return err
+		}
+		if rev.Main > to || rev.Compare(firstPending) >= 0 {
+			break
+		}
+		if !fn(rev, tomb, v) {
+			return nil
+		}
+	}
+	if err := c.Err(); err != nil {
+		return err
+	}
+	for _, p := range r.pending {
+		for _, rec := range p {
+			if rec.rev.Main < from {
+				continue
+			}
+			if rec.rev.Main > to {
+				return nil
+			}
+			if !fn(rec.rev, rec.tombstone, rec.value) {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+var _ = bytes.Compare

@@ -1,0 +1,228 @@
+package mvcc
+
+import (
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+)
+
+// Compaction, in the order that keeps it crash-safe:
+//
+//  1. Apply (in the request's own batch, with its consistent index) writes
+//     scheduledCompactRev and publishes the new compact revision, so reads
+//     below it fail from then on.
+//  2. In the background: the index drops what reads at or after the
+//     revision no longer need (in batches, under its own lock), the backend
+//     is committed so every record at or below the revision is in the page
+//     store, and the obsolete records are deleted in revision order, a
+//     bounded batch per commit, with a pause between batches.
+//  3. finishedCompactRev is written and committed.
+//
+// Deleting in revision order means a crash leaves a prefix of the work
+// done: a key's older records go before its tombstone, so reopening never
+// sees a deleted key come back to life. On open, a scheduled revision above
+// the finished one resumes step 2, which is idempotent.
+
+// compactPause separates delete batches so compaction never holds the
+// write path for long (etcd waits 10 ms too).
+const compactPause = 10 * time.Millisecond
+
+type compactor struct {
+	s *Store
+
+	mu      sync.Mutex
+	queue   []int64 // revisions waiting, ascending
+	busy    bool    // a revision is being compacted
+	idlers  []chan struct{}
+	waiters map[int64][]chan struct{} // closed when the revision is done
+	kick    chan struct{}
+	stopc   chan struct{}
+	done    chan struct{}
+}
+
+func newCompactor(s *Store) *compactor {
+	c := &compactor{s: s, waiters: map[int64][]chan struct{}{}, kick: make(chan struct{}, 1),
+		stopc: make(chan struct{}), done: make(chan struct{})}
+	go c.run()
+	return c
+}
+
+// schedule queues rev and returns a channel closed once its records are
+// gone from the page store.
+func (c *compactor) schedule(rev int64) <-chan struct{} {
+	ch := make(chan struct{})
+	c.mu.Lock()
+	c.queue = append(c.queue, rev)
+	c.waiters[rev] = append(c.waiters[rev], ch)
+	c.mu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+	return ch
+}
+
+// idle returns a channel closed once no compaction is queued or running.
+func (c *compactor) idle() <-chan struct{} {
+	ch := make(chan struct{})
+	c.mu.Lock()
+	if len(c.queue) == 0 && !c.busy {
+		close(ch)
+	} else {
+		c.idlers = append(c.idlers, ch)
+	}
+	c.mu.Unlock()
+	return ch
+}
+
+func (c *compactor) stop() {
+	select {
+	case <-c.stopc:
+	default:
+		close(c.stopc)
+	}
+	<-c.done
+}
+
+func (c *compactor) run() {
+	defer close(c.done)
+	for {
+		select {
+		case <-c.kick:
+		case <-c.stopc:
+			return
+		}
+		for {
+			c.mu.Lock()
+			if len(c.queue) == 0 {
+				c.mu.Unlock()
+				break
+			}
+			rev := c.queue[0]
+			c.queue = c.queue[1:]
+			c.busy = true
+			c.mu.Unlock()
+			if !c.compact(rev) {
+				return // stopped; the scheduled revision resumes on open
+			}
+			c.mu.Lock()
+			for r, ws := range c.waiters {
+				if r <= rev {
+					for _, w := range ws {
+						close(w)
+					}
+					delete(c.waiters, r)
+				}
+			}
+			c.busy = false
+			if len(c.queue) == 0 {
+				for _, ch := range c.idlers {
+					close(ch)
+				}
+				c.idlers = nil
+			}
+			c.mu.Unlock()
+		}
+	}
+}
+
+// compact runs step 2 and 3 for rev. It returns false if stopped.
+func (c *compactor) compact(rev int64) bool {
+	s := c.s
+	start := time.Now()
+	keep := s.idx.Compact(rev)
+	if err := s.be.ForceCommit(); err != nil {
+		s.log.Error("compaction: commit before deleting failed", "revision", rev, "error", err)
+	}
+	from := Revision{}
+	deleted := 0
+	for {
+		select {
+		case <-c.stopc:
+			return false
+		default:
+		}
+		keys, next, more, err := c.nextBatch(from, rev, keep)
+		if err != nil {
+			s.log.Error("compaction: scan failed", "revision", rev, "error", err)
+			return true
+		}
+		if len(keys) > 0 {
+			w := s.be.BeginWrite()
+			for _, k := range keys {
+				w.Delete(KeyBucket, k)
+			}
+			w.End(0, 0)
+			if err := s.be.ForceCommit(); err != nil {
+				s.log.Error("compaction: commit failed", "revision", rev, "error", err)
+			}
+			deleted += len(keys)
+		}
+		if !more {
+			break
+		}
+		from = next
+		select {
+		case <-time.After(compactPause):
+		case <-c.stopc:
+			return false
+		}
+	}
+	w := s.be.BeginWrite()
+	w.Put(MetaBucket, metaFinishedCompact, revKey(Revision{Main: rev}, false))
+	w.End(0, 0)
+	if err := s.be.ForceCommit(); err != nil {
+		s.log.Error("compaction: commit of finished revision failed", "revision", rev, "error", err)
+	}
+	s.log.Info("finished scheduled compaction", "compact-revision", rev, "deleted-records", deleted, "took", time.Since(start))
+	return true
+}
+
+// nextBatch returns up to CompactBatch record keys at or below rev that
+// keep does not hold, starting at from, in revision order.
+func (c *compactor) nextBatch(from Revision, rev int64, keep map[Revision]struct{}) (keys [][]byte, next Revision, more bool, err error) {
+	rd, err := c.s.be.BeginRead()
+	if err != nil {
+		return nil, from, false, err
+	}
+	defer rd.Close()
+	cur := rd.kb.Cursor()
+	for k, _ := cur.Seek(revKey(from, false)); k != nil; k, _ = cur.Next() {
+		r, _, err := parseRevKey(k)
+		if err != nil {
+			return nil, from, false, err
+		}
+		if r.Main > rev {
+			return keys, from, false, nil
+		}
+		if len(keys) >= c.s.compactBatch {
+			return keys, r, true, nil
+		}
+		if _, ok := keep[r]; !ok {
+			keys = append(keys, append([]byte(nil), k...))
+		}
+	}
+	return keys, from, false, cur.Err()
+}
+
+// Compact applies a CompactionRequest: it validates the revision, records
+// it, and schedules the physical deletion. The returned channel is closed
+// when deletion is done (the server waits on it for physical requests).
+func (s *Store) Compact(ci, term uint64, r *pb.CompactionRequest) (*pb.CompactionResponse, <-chan struct{}, error) {
+	rev := r.Revision
+	if rev <= s.compactRev.Load() {
+		s.skip(ci, term)
+		return nil, nil, ErrCompacted
+	}
+	if rev > s.rev.Load() {
+		s.skip(ci, term)
+		return nil, nil, ErrFutureRev
+	}
+	w := s.be.BeginWrite()
+	w.Put(MetaBucket, metaScheduledCompact, revKey(Revision{Main: rev}, false))
+	w.End(ci, term)
+	s.compactRev.Store(rev)
+	done := s.compactor.schedule(rev)
+	return &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: s.rev.Load()}}, done, nil
+}

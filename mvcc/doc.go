@@ -1,0 +1,48 @@
+// Package mvcc is Strata's revision-keyed multi-version store, with etcd's
+// semantics: one global revision, (main, sub) revisions per change,
+// generations per key, compaction, and etcd's Range/Put/DeleteRange/Txn
+// request rules (kv.go), shared by the server and the tests.
+//
+// # Layout
+//
+// The page store holds the data in etcd's schema, so snapshots convert to
+// and from etcd's without re-keying:
+//
+//	bucket "key":  main u64 BE | '_' | sub u64 BE [| 't' for a tombstone]
+//	               -> marshaled mvccpb.KeyValue (for a tombstone: the key only)
+//	bucket "meta": consistent_index -> u64 BE, term -> u64 BE,
+//	               scheduledCompactRev / finishedCompactRev -> revision key
+//
+// The in-memory index (btreeidx) maps each user key to its generations and
+// is rebuilt from the key bucket on open.
+//
+// # Writes and the consistent index
+//
+// The apply goroutine applies one raft entry at a time. Its writes go into
+// the Backend's current batch together with the entry's index; the batch
+// is committed to the page store every BatchInterval (100 ms) or
+// BatchLimit (10000) writes, in one page-store transaction that also
+// stores the consistent index. So the page store always holds exactly the
+// effects of entries up to its consistent index: on restart, raft replays
+// the WAL from the next index, and applying is idempotent by index.
+// Requests that fail (a compacted revision, a missing lease) still advance
+// the consistent index, as they are applied entries too.
+//
+// # Reads
+//
+// A read loads the current revision, then a Backend read view: the
+// published uncommitted records plus a page-store read transaction begun
+// after loading them. Records leave the published set only after their
+// commit, so every revision at or below the loaded revision is in one of
+// the two. Reads take no lock the apply goroutine holds across work; they
+// share only the index's RWMutex, which a write holds for one key update.
+//
+// # Compaction
+//
+// See compact.go: the compact revision is published first, the index is
+// compacted, and records are deleted in revision order in bounded batches,
+// with scheduled and finished revisions persisted so a crash resumes. A
+// read below the compact revision fails with ErrCompacted; a read that
+// raced a compaction past its revision is re-checked at the end and fails
+// the same way.
+package mvcc

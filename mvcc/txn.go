@@ -1,0 +1,212 @@
+package mvcc
+
+import (
+	"fmt"
+	"sort"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// view reads the store at a fixed current revision: from a read-only
+// request, or inside a write transaction (which also sees its own
+// uncommitted records in the backend's current batch).
+type view struct {
+	s   *Store
+	rev int64    // the store revision this view reads at by default
+	w   *WriteTx // set inside a write transaction
+	rd  *ReadTx  // opened on first use
+	err error
+}
+
+func (v *view) readTx() (*ReadTx, error) {
+	if v.rd == nil && v.err == nil {
+		v.rd, v.err = v.s.be.BeginRead()
+	}
+	return v.rd, v.err
+}
+
+func (v *view) close() {
+	if v.rd != nil {
+		v.rd.Close()
+		v.rd = nil
+	}
+}
+
+// value returns the stored KeyValue of a put at rev.
+func (v *view) value(rev Revision) (*mvccpb.KeyValue, error) {
+	var raw []byte
+	if v.w != nil {
+		raw = v.w.findCurrent(rev)
+	}
+	if raw == nil {
+		rd, err := v.readTx()
+		if err != nil {
+			return nil, err
+		}
+		if raw, err = rd.GetRevision(rev); err != nil {
+			return nil, err
+		}
+	}
+	if raw == nil {
+		return nil, fmt.Errorf("mvcc: revision %v is in the index but not in the store", rev)
+	}
+	kv := &mvccpb.KeyValue{}
+	if err := decodeKV(raw, kv); err != nil {
+		return nil, fmt.Errorf("mvcc: value of revision %v: %w", rev, err)
+	}
+	return kv, nil
+}
+
+// rangeResult is what a range over the index and values yields.
+type rangeResult struct {
+	kvs   []*mvccpb.KeyValue
+	count int
+	rev   int64
+}
+
+// rangeKeys reads [key, end) at atRev (0: the view's revision), at most
+// limit keys if limit > 0, counting every key in range when withTotal.
+func (v *view) rangeKeys(key, end []byte, atRev, limit int64, countOnly, withTotal bool) (*rangeResult, error) {
+	cur := v.rev
+	if atRev > cur {
+		return &rangeResult{count: -1, rev: cur}, ErrFutureRev
+	}
+	if atRev <= 0 {
+		atRev = cur
+	}
+	if atRev < v.s.compactRev.Load() {
+		return &rangeResult{count: -1}, ErrCompacted
+	}
+	if countOnly {
+		return &rangeResult{count: v.s.idx.CountRevisions(key, end, atRev, 0), rev: cur}, nil
+	}
+	revs, total := v.s.idx.Revisions(key, end, atRev, int(limit), withTotal)
+	res := &rangeResult{count: total, rev: cur, kvs: make([]*mvccpb.KeyValue, 0, len(revs))}
+	for _, r := range revs {
+		kv, err := v.value(r)
+		if err != nil {
+			return nil, err
+		}
+		res.kvs = append(res.kvs, kv)
+	}
+	return res, nil
+}
+
+// txnWrite is one write transaction: every change gets the main revision
+// rev+1 and a sub-revision in order. Apply goroutine only.
+type txnWrite struct {
+	view
+	beginRev int64
+	changes  []*mvccpb.KeyValue
+	events   []Event
+}
+
+func (s *Store) beginWrite() *txnWrite {
+	rev := s.rev.Load()
+	t := &txnWrite{beginRev: rev}
+	t.view = view{s: s, rev: rev, w: s.be.BeginWrite()}
+	return t
+}
+
+// readRev is the revision reads inside the transaction see: its own
+// changes count as the next revision.
+func (t *txnWrite) readRev() int64 {
+	if len(t.changes) > 0 {
+		return t.beginRev + 1
+	}
+	return t.beginRev
+}
+
+func (t *txnWrite) rangeKeys(key, end []byte, atRev, limit int64, countOnly, withTotal bool) (*rangeResult, error) {
+	t.view.rev = t.readRev()
+	return t.view.rangeKeys(key, end, atRev, limit, countOnly, withTotal)
+}
+
+func (t *txnWrite) put(key, value []byte, lease int64) int64 {
+	s := t.s
+	rev := t.beginRev + 1
+	created, ver := rev, int64(0)
+	oldLease := int64(0)
+	if _, c, v, err := s.idx.Get(key, rev); err == nil {
+		created, ver = c.Main, v
+		oldLease = s.keyLeases[string(key)]
+	}
+	idxRev := Revision{Main: rev, Sub: int64(len(t.changes))}
+	kv := &mvccpb.KeyValue{Key: key, Value: value, CreateRevision: created, ModRevision: rev, Version: ver + 1, Lease: lease}
+	t.w.PutKeyRecord(idxRev, false, encodeKV(kv))
+	if err := s.idx.Put(key, idxRev); err != nil {
+		panic(fmt.Sprintf("mvcc: index put %q at %v: %v", key, idxRev, err)) // revisions only ascend
+	}
+	t.changes = append(t.changes, kv)
+	t.events = append(t.events, Event{Type: mvccpb.Event_PUT, KV: kv})
+	if oldLease != lease {
+		if oldLease != 0 && s.leases != nil {
+			s.leases.Detach(oldLease, key)
+		}
+		if lease != 0 && s.leases != nil {
+			s.leases.Attach(lease, key)
+		}
+	}
+	if lease != 0 {
+		s.keyLeases[string(key)] = lease
+	} else {
+		delete(s.keyLeases, string(key))
+	}
+	return rev
+}
+
+func (t *txnWrite) deleteRange(key, end []byte) int64 {
+	keys, _ := t.s.idx.Range(key, end, t.readRev())
+	for _, k := range keys {
+		t.delete(k)
+	}
+	return int64(len(keys))
+}
+
+func (t *txnWrite) delete(key []byte) {
+	s := t.s
+	rev := t.beginRev + 1
+	idxRev := Revision{Main: rev, Sub: int64(len(t.changes))}
+	kv := &mvccpb.KeyValue{Key: key}
+	t.w.PutKeyRecord(idxRev, true, encodeKV(kv))
+	if err := s.idx.Tombstone(key, idxRev); err != nil {
+		panic(fmt.Sprintf("mvcc: index tombstone %q at %v: %v", key, idxRev, err))
+	}
+	t.changes = append(t.changes, kv)
+	t.events = append(t.events, Event{Type: mvccpb.Event_DELETE, KV: &mvccpb.KeyValue{Key: key, ModRevision: rev}})
+	if l := s.keyLeases[string(key)]; l != 0 {
+		if s.leases != nil {
+			s.leases.Detach(l, key)
+		}
+		delete(s.keyLeases, string(key))
+	}
+}
+
+// end publishes the transaction: records to readers first, then the new
+// revision, then the events. ci and term are the raft index and term of
+// the request being applied.
+func (t *txnWrite) end(ci, term uint64) {
+	t.view.close()
+	t.w.End(ci, term)
+	if len(t.changes) > 0 {
+		rev := t.beginRev + 1
+		t.s.rev.Store(rev)
+		if t.s.events != nil {
+			t.s.events(rev, t.events)
+		}
+	}
+}
+
+// findCurrent returns the value of rev if the apply goroutine's current
+// batch holds it (a record written earlier in this transaction or batch).
+func (w *WriteTx) findCurrent(rev Revision) []byte {
+	recs := w.b.cur.keyRecs
+	if len(recs) == 0 || recs[0].rev.Compare(rev) > 0 {
+		return nil
+	}
+	i := sort.Search(len(recs), func(i int) bool { return recs[i].rev.Compare(rev) >= 0 })
+	if i < len(recs) && recs[i].rev == rev && !recs[i].tombstone {
+		return recs[i].value
+	}
+	return nil
+}

@@ -1,0 +1,43 @@
+// Package raft runs Strata's consensus loop: go.etcd.io/raft/v3's RawNode
+// driven by one goroutine, with wal/ as the durable log and the state
+// machine (mvcc and friends) applied by a second goroutine.
+//
+// # The Ready contract, as implemented
+//
+// The raft goroutine owns the RawNode. Each turn it drains every pending
+// proposal and message, then handles one Ready:
+//
+//  1. A leader hands its outbound messages to the transport first, so
+//     followers write their copies while the leader writes its own (the
+//     raft thesis, 10.2.1). A follower sends only after step 2.
+//  2. The hard state and entries go to the WAL as one unit; the WAL
+//     fdatasyncs when raft.MustSync says so. Only then are the entries
+//     appended to the in-memory raft log, and Advance is called.
+//  3. Committed entries are passed to the apply goroutine in order. Conf
+//     changes are applied to the RawNode here, in the raft goroutine,
+//     because RawNode is not safe for concurrent use.
+//
+// The apply goroutine calls the StateMachine, publishes the applied index
+// (WaitApplied, ReadIndex readers), and every SnapshotCount entries makes
+// the state machine durable (StateMachine.Commit), records a snapshot
+// marker in the WAL, compacts the in-memory log and purges old segments.
+// The page store is the state: a snapshot here is metadata only.
+//
+// # Restart
+//
+// On restart the WAL is opened at its latest snapshot marker; the state
+// machine reports its consistent index (the last applied index it made
+// durable), and raft is told that index is applied, so only later entries
+// are delivered. The state machine also skips entries at or below its
+// consistent index, which makes replay idempotent.
+//
+// # Reads
+//
+// Linearizable reads call ReadIndex. Concurrent callers are batched: every
+// caller waiting when the raft goroutine next turns shares one raft
+// ReadIndex request; callers arriving later join the next one, so no read
+// is served from an index obtained before the read arrived.
+//
+// Nothing here assumes a single member: messages go through Transport,
+// which a single member leaves nil.
+package raft

@@ -1,0 +1,385 @@
+package raft
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"time"
+
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-db/strata/wal"
+)
+
+// maxDrain bounds how many queued proposals one turn takes, so a flood of
+// proposals cannot starve ticks and Ready handling.
+const maxDrain = 4096
+
+// run is the raft goroutine.
+func (n *Node) run() {
+	defer close(n.done)
+	defer close(n.applyc)
+	tick := n.cfg.TickInterval
+	if tick <= 0 {
+		tick = 100 * time.Millisecond
+	}
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	if n.campaignOnStart {
+		// Apply the bootstrap conf changes first: raft refuses to campaign
+		// while membership changes are pending.
+		for n.rn.HasReady() {
+			if err := n.handleReady(); err != nil {
+				n.fail(err)
+				return
+			}
+		}
+		_ = n.rn.Campaign()
+	}
+	for {
+		select {
+		case <-ticker.C:
+			n.rn.Tick()
+		case p := <-n.propc:
+			n.handleProposal(p)
+			n.drainProposals()
+		case m := <-n.recvc:
+			_ = n.rn.Step(m)
+		case <-n.readc:
+		case <-n.stopc:
+			n.failReaders(ErrStopped)
+			return
+		}
+		n.startReads()
+		for n.rn.HasReady() {
+			if err := n.handleReady(); err != nil {
+				n.fail(err)
+				n.failReaders(err)
+				return
+			}
+			// Proposals that arrived during the WAL write join the next
+			// Ready: this is where raft-level batching comes from.
+			n.drainProposals()
+			n.startReads()
+		}
+	}
+}
+
+func (n *Node) drainProposals() {
+	for i := 0; i < maxDrain; i++ {
+		select {
+		case p := <-n.propc:
+			n.handleProposal(p)
+		default:
+			return
+		}
+	}
+}
+
+func (n *Node) handleProposal(p proposal) {
+	var err error
+	if p.cc != nil {
+		err = n.rn.ProposeConfChange(p.cc)
+	} else {
+		err = n.rn.Propose(p.data)
+	}
+	if p.errc != nil {
+		p.errc <- err
+	} else if err != nil && p.onDrop != nil {
+		p.onDrop(err)
+	}
+}
+
+// handleReady persists, sends and hands over one Ready (see the package
+// doc for the order and why).
+func (n *Node) handleReady() error {
+	rd := n.rn.Ready()
+	if rd.SoftState != nil {
+		if old := n.lead.Swap(rd.SoftState.Lead); old != rd.SoftState.Lead {
+			n.leaderChanges.Add(1)
+			n.log.Info("raft leader changed", "leader", fmt.Sprintf("%x", rd.SoftState.Lead), "term", n.rn.BasicStatus().Term)
+		}
+	}
+	isLeader := n.lead.Load() == n.cfg.ID
+	if isLeader {
+		n.send(rd.Messages)
+	}
+	// Committed entries were made durable by an earlier Ready, so they are
+	// handed to the apply goroutine before this Ready's write: applying a
+	// batch never waits for the fdatasync of the next one.
+	for _, rs := range rd.ReadStates {
+		n.finishRead(rs)
+	}
+	if len(rd.CommittedEntries) > 0 {
+		for _, e := range rd.CommittedEntries {
+			n.applyConfChange(e)
+		}
+		select {
+		case n.applyc <- rd.CommittedEntries:
+		case <-n.stopc:
+			return nil
+		}
+	}
+	// A Ready that only moves the commit index needs no sync, and the
+	// index is not worth a write either: the next Ready with entries
+	// carries it, and after a restart raft re-learns it (apply is
+	// idempotent by index). This saves a write per request.
+	if len(rd.Entries) > 0 || rd.MustSync || !etcdraft.IsEmptySnap(rd.Snapshot) {
+		if err := n.wal.SaveAsync(rd.HardState, rd.Entries).Wait(); err != nil {
+			return fmt.Errorf("raft: persisting entries: %w", err)
+		}
+	}
+	if !etcdraft.IsEmptySnap(rd.Snapshot) {
+		// Snapshots from a leader arrive once peers exist; a single member
+		// never receives one.
+		if err := n.storage.ApplySnapshot(rd.Snapshot); err != nil {
+			return err
+		}
+	}
+	if err := n.storage.Append(rd.Entries); err != nil {
+		return err
+	}
+	if rd.HardState != nil {
+		n.term.Store(rd.HardState.GetTerm())
+		if c := rd.HardState.GetCommit(); c > n.committed.Load() {
+			n.committed.Store(c)
+		}
+	}
+	if !isLeader {
+		n.send(rd.Messages)
+	}
+	n.rn.Advance(rd)
+	return nil
+}
+
+func (n *Node) send(msgs []*raftpb.Message) {
+	if len(msgs) > 0 && n.cfg.Transport != nil {
+		n.cfg.Transport.Send(msgs)
+	}
+}
+
+// applyConfChange applies a committed membership change to the RawNode,
+// which must happen in the raft goroutine.
+func (n *Node) applyConfChange(e *raftpb.Entry) {
+	var cc raftpb.ConfChangeI
+	switch e.GetType() {
+	case raftpb.EntryConfChange:
+		var c raftpb.ConfChange
+		if err := proto.Unmarshal(e.GetData(), &c); err != nil {
+			n.log.Error("undecodable conf change", "index", e.GetIndex(), "error", err)
+			return
+		}
+		cc = &c
+	case raftpb.EntryConfChangeV2:
+		var c raftpb.ConfChangeV2
+		if err := proto.Unmarshal(e.GetData(), &c); err != nil {
+			n.log.Error("undecodable conf change", "index", e.GetIndex(), "error", err)
+			return
+		}
+		cc = &c
+	default:
+		return
+	}
+	n.confState.Store(n.rn.ApplyConfChange(cc))
+}
+
+// applyLoop is the apply goroutine.
+func (n *Node) applyLoop() {
+	defer close(n.appliedDone)
+	for ents := range n.applyc {
+		n.sm.Apply(ents)
+		last := ents[len(ents)-1].GetIndex()
+		n.publishApplied(last)
+		if n.cfg.SnapshotCount > 0 && last-n.snapIndex >= n.cfg.SnapshotCount {
+			if err := n.snapshot(last); err != nil {
+				n.log.Warn("snapshot failed; will retry", "index", last, "error", err)
+			}
+		}
+	}
+}
+
+func (n *Node) publishApplied(idx uint64) {
+	n.appliedMu.Lock()
+	if idx > n.applied.Load() {
+		n.applied.Store(idx)
+	}
+	close(n.appliedNotify)
+	n.appliedNotify = make(chan struct{})
+	n.appliedMu.Unlock()
+}
+
+// snapshot makes the state machine durable at idx, records a snapshot
+// marker, trims the in-memory log and purges WAL segments. The order
+// matters: the WAL may drop entries only once the page store holds their
+// effects.
+func (n *Node) snapshot(idx uint64) error {
+	start := time.Now()
+	if err := n.sm.Commit(); err != nil {
+		return err
+	}
+	cs := n.confState.Load()
+	snap, err := n.storage.CreateSnapshot(idx, cs, nil)
+	if err != nil {
+		return err
+	}
+	term := snap.GetMetadata().GetTerm()
+	if err := n.wal.SaveSnapshot(wal.Snapshot{Index: idx, Term: term, ConfState: cs}); err != nil {
+		return err
+	}
+	if idx > n.cfg.CatchUpEntries {
+		if err := n.storage.Compact(idx - n.cfg.CatchUpEntries); err != nil && err != etcdraft.ErrCompacted {
+			return err
+		}
+	}
+	removed, err := n.wal.Purge(idx)
+	if err != nil {
+		return err
+	}
+	n.snapIndex = idx
+	n.log.Info("saved snapshot", "index", idx, "term", term, "purged-wal-segments", len(removed), "took", time.Since(start))
+	return nil
+}
+
+// WaitApplied blocks until entries up to index are applied.
+func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
+	for {
+		n.appliedMu.Lock()
+		ch := n.appliedNotify
+		ok := n.applied.Load() >= index
+		n.appliedMu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.done:
+			if n.applied.Load() >= index {
+				return nil
+			}
+			return n.stopErr()
+		}
+	}
+}
+
+// ReadIndex returns an index such that a read served from the state
+// machine once that index is applied is linearizable.
+func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
+	w := &readWaiter{done: make(chan struct{})}
+	n.readMu.Lock()
+	n.readWaiting = append(n.readWaiting, w)
+	n.readMu.Unlock()
+	select {
+	case n.readc <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+	select {
+	case <-w.done:
+		return w.index, w.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-n.done:
+		return 0, n.stopErr()
+	}
+}
+
+// startReads issues one raft ReadIndex for every reader waiting now.
+// Called from the raft goroutine.
+func (n *Node) startReads() {
+	n.readMu.Lock()
+	batch := n.readWaiting
+	n.readWaiting = nil
+	n.readMu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	n.readSeq++
+	ctx := make([]byte, 8)
+	binary.BigEndian.PutUint64(ctx, n.readSeq)
+	n.readInflight[n.readSeq] = batch
+	n.rn.ReadIndex(ctx)
+	// Requests a leaderless node cannot serve are dropped by raft; fail
+	// them now rather than let the callers time out.
+	if n.lead.Load() == 0 {
+		delete(n.readInflight, n.readSeq)
+		for _, w := range batch {
+			w.err = ErrNoLeader
+			close(w.done)
+		}
+	}
+}
+
+func (n *Node) finishRead(rs etcdraft.ReadState) {
+	if len(rs.RequestCtx) != 8 {
+		return
+	}
+	seq := binary.BigEndian.Uint64(rs.RequestCtx)
+	batch := n.readInflight[seq]
+	delete(n.readInflight, seq)
+	for _, w := range batch {
+		w.index = rs.Index
+		close(w.done)
+	}
+}
+
+func (n *Node) failReaders(err error) {
+	for seq, batch := range n.readInflight {
+		for _, w := range batch {
+			w.err = err
+			close(w.done)
+		}
+		delete(n.readInflight, seq)
+	}
+}
+
+// ErrNoLeader is returned by ReadIndex when the member knows no leader.
+var ErrNoLeader = fmt.Errorf("raft: no leader")
+
+// Status is a snapshot of the member's raft state.
+type Status struct {
+	ID, Leader, Term   uint64
+	Committed, Applied uint64
+	LeaderChanges      uint64
+	Voters, Learners   []uint64
+}
+
+// Status returns the member's current raft state.
+func (n *Node) Status() Status {
+	cs := n.confState.Load()
+	return Status{
+		ID: n.cfg.ID, Leader: n.lead.Load(), Term: n.term.Load(),
+		Committed: n.committed.Load(), Applied: n.applied.Load(),
+		LeaderChanges: n.leaderChanges.Load(),
+		Voters:        cs.GetVoters(), Learners: cs.GetLearners(),
+	}
+}
+
+// IsLeader reports whether this member is the leader.
+func (n *Node) IsLeader() bool { return n.lead.Load() == n.cfg.ID }
+
+// WAL returns the node's WAL (for metrics and tools).
+func (n *Node) WAL() *wal.WAL { return n.wal }
+
+// raftLogger adapts slog to raft's Logger interface. Raft's info chatter
+// goes to debug: Strata's logs stay quiet by default.
+type raftLogger struct{ l *slog.Logger }
+
+func (r raftLogger) Debug(v ...any)              { r.l.Debug(fmt.Sprint(v...)) }
+func (r raftLogger) Debugf(f string, v ...any)   { r.l.Debug(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Info(v ...any)               { r.l.Debug(fmt.Sprint(v...)) }
+func (r raftLogger) Infof(f string, v ...any)    { r.l.Debug(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Warning(v ...any)            { r.l.Warn(fmt.Sprint(v...)) }
+func (r raftLogger) Warningf(f string, v ...any) { r.l.Warn(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Error(v ...any)              { r.l.Error(fmt.Sprint(v...)) }
+func (r raftLogger) Errorf(f string, v ...any)   { r.l.Error(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Fatal(v ...any)              { r.l.Error(fmt.Sprint(v...)); panic(fmt.Sprint(v...)) }
+func (r raftLogger) Fatalf(f string, v ...any) {
+	r.l.Error(fmt.Sprintf(f, v...))
+	panic(fmt.Sprintf(f, v...))
+}
+func (r raftLogger) Panic(v ...any)            { panic(fmt.Sprint(v...)) }
+func (r raftLogger) Panicf(f string, v ...any) { panic(fmt.Sprintf(f, v...)) }

@@ -1,0 +1,412 @@
+package raft
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-db/strata/wal"
+)
+
+// StateMachine is what committed entries are applied to.
+type StateMachine interface {
+	// ConsistentIndex is the index of the last entry whose effects are
+	// durable in the state machine. Replay skips entries at or below it.
+	ConsistentIndex() uint64
+	// Apply applies committed entries, in index order, from a single
+	// goroutine. It must skip entries at or below ConsistentIndex.
+	Apply(ents []*raftpb.Entry)
+	// Commit makes everything applied so far durable, with its index.
+	Commit() error
+}
+
+// Transport carries raft messages to peers. A single member has none.
+type Transport interface {
+	Send(msgs []*raftpb.Message)
+}
+
+// Config configures a Node.
+type Config struct {
+	// ID is this member's raft id; ClusterID is stored in the WAL.
+	ID, ClusterID uint64
+	// Peers are the initial voters of a new cluster (ignored on restart).
+	Peers []etcdraft.Peer
+	// WALDir is the WAL directory (member/wal).
+	WALDir string
+	// WAL configures the log. Nil means defaults.
+	WAL *wal.Options
+	// TickInterval is one raft tick, etcd's --heartbeat-interval.
+	TickInterval time.Duration
+	// ElectionTicks and HeartbeatTicks are in ticks (etcd derives
+	// ElectionTicks from --election-timeout / --heartbeat-interval).
+	ElectionTicks, HeartbeatTicks int
+	// SnapshotCount is how many applied entries trigger a snapshot
+	// (etcd's --snapshot-count, default 10000).
+	SnapshotCount uint64
+	// CatchUpEntries are kept in memory after a snapshot for slow
+	// followers (etcd keeps 5000).
+	CatchUpEntries uint64
+	// MaxSizePerMsg and MaxInflightMsgs bound replication batches.
+	MaxSizePerMsg   uint64
+	MaxInflightMsgs int
+	// PreVote enables raft's pre-vote phase, as etcd does by default.
+	PreVote bool
+	// StateMachine receives committed entries. Required.
+	StateMachine StateMachine
+	// Transport sends messages to peers; nil for a single member.
+	Transport Transport
+	// Logger gets lifecycle and error messages. Default: discard.
+	Logger *slog.Logger
+}
+
+// Errors returned by Node.
+var (
+	ErrStopped         = errors.New("raft: node stopped")
+	ErrProposalDropped = etcdraft.ErrProposalDropped
+)
+
+// Node is a running raft member.
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	sm      StateMachine
+	storage *etcdraft.MemoryStorage
+	wal     *wal.WAL
+	rn      *etcdraft.RawNode // owned by the raft goroutine
+
+	propc       chan proposal
+	recvc       chan *raftpb.Message
+	readc       chan struct{} // capacity 1: "readers are waiting"
+	applyc      chan []*raftpb.Entry
+	stopc       chan struct{}
+	done        chan struct{} // closed when the raft goroutine exits
+	appliedDone chan struct{}
+	stopOnce    sync.Once
+	err         atomic.Pointer[error] // why the node stopped, if it failed
+
+	// Read batching: readers register in readWaiting under readMu; the
+	// raft goroutine moves them to readInflight (which it alone owns)
+	// when it issues their ReadIndex.
+	readMu       sync.Mutex
+	readWaiting  []*readWaiter
+	readInflight map[uint64][]*readWaiter
+	readSeq      uint64
+
+	// Published state, read by any goroutine.
+	applied       atomic.Uint64
+	committed     atomic.Uint64
+	term          atomic.Uint64
+	lead          atomic.Uint64
+	confState     atomic.Pointer[raftpb.ConfState]
+	leaderChanges atomic.Uint64
+
+	appliedMu     sync.Mutex
+	appliedNotify chan struct{} // closed and replaced on every apply
+
+	snapIndex uint64 // owned by the apply goroutine
+
+	restoredVoters  []uint64 // voters known at restart, before replay
+	campaignOnStart bool
+}
+
+type proposal struct {
+	data []byte
+	cc   raftpb.ConfChangeI
+	errc chan error // nil for ProposeAsync
+	// onDrop reports a refused ProposeAsync (no leader, say).
+	onDrop func(error)
+}
+
+type readWaiter struct {
+	index uint64
+	err   error
+	done  chan struct{}
+}
+
+// Start opens (or creates) the WAL, restores raft's log from it, and
+// starts the raft and apply goroutines.
+func Start(cfg Config) (*Node, error) {
+	if cfg.StateMachine == nil {
+		return nil, errors.New("raft: Config.StateMachine is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.CatchUpEntries == 0 {
+		cfg.CatchUpEntries = 5000
+	}
+	if cfg.MaxSizePerMsg == 0 {
+		cfg.MaxSizePerMsg = 1 << 20
+	}
+	if cfg.MaxInflightMsgs == 0 {
+		cfg.MaxInflightMsgs = 4096 / 8
+	}
+	n := &Node{
+		cfg: cfg, log: cfg.Logger, sm: cfg.StateMachine,
+		storage:       etcdraft.NewMemoryStorage(),
+		propc:         make(chan proposal, 4096),
+		recvc:         make(chan *raftpb.Message, 4096),
+		readc:         make(chan struct{}, 1),
+		applyc:        make(chan []*raftpb.Entry, 64),
+		stopc:         make(chan struct{}),
+		done:          make(chan struct{}),
+		appliedDone:   make(chan struct{}),
+		readInflight:  map[uint64][]*readWaiter{},
+		appliedNotify: make(chan struct{}),
+	}
+	walOpts := cfg.WAL
+	if walOpts == nil {
+		walOpts = &wal.Options{}
+	}
+	fs := walOpts.FS
+	restart := wal.Exist(fs, cfg.WALDir)
+	var err error
+	if restart {
+		err = n.restore(walOpts)
+	} else {
+		n.wal, err = wal.Create(cfg.WALDir, encodeMetadata(cfg.ID, cfg.ClusterID), walOpts)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rc := &etcdraft.Config{
+		ID:              cfg.ID,
+		ElectionTick:    cfg.ElectionTicks,
+		HeartbeatTick:   cfg.HeartbeatTicks,
+		Storage:         n.storage,
+		MaxSizePerMsg:   cfg.MaxSizePerMsg,
+		MaxInflightMsgs: cfg.MaxInflightMsgs,
+		// Keep the uncommitted tail bounded when a quorum is unreachable.
+		MaxUncommittedEntriesSize: 1 << 30,
+		CheckQuorum:               true,
+		PreVote:                   cfg.PreVote,
+		Logger:                    raftLogger{n.log},
+	}
+	if n.rn, err = etcdraft.NewRawNode(rc); err != nil {
+		n.wal.Close()
+		return nil, err
+	}
+	if !restart {
+		if err := n.rn.Bootstrap(cfg.Peers); err != nil {
+			n.wal.Close()
+			return nil, err
+		}
+	}
+	if cs := n.confState.Load(); cs == nil {
+		n.confState.Store(&raftpb.ConfState{})
+	}
+	// A lone voter need not wait out an election timeout: it campaigns as
+	// soon as the bootstrap membership is applied (see run).
+	n.campaignOnStart = !restart && len(cfg.Peers) == 1 && cfg.Peers[0].ID == cfg.ID || n.soleVoter()
+	go n.run()
+	go n.applyLoop()
+	return n, nil
+}
+
+// restore opens the WAL at its latest snapshot and loads raft's log.
+func (n *Node) restore(opts *wal.Options) error {
+	snap, err := wal.LastSnapshot(opts.FS, n.cfg.WALDir)
+	if err != nil {
+		return err
+	}
+	if ci := n.sm.ConsistentIndex(); ci < snap.Index {
+		return fmt.Errorf("raft: the state machine is at index %d, behind the WAL's snapshot at %d: the data directory is damaged", ci, snap.Index)
+	}
+	w, err := wal.Open(n.cfg.WALDir, snap, opts)
+	if err != nil {
+		return err
+	}
+	n.wal = w
+	_, hs, ents, err := w.ReadAll()
+	if err != nil {
+		return err
+	}
+	if snap.Index > 0 {
+		s := &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{
+			Index: proto.Uint64(snap.Index), Term: proto.Uint64(snap.Term), ConfState: snap.ConfState,
+		}}
+		if err := n.storage.ApplySnapshot(s); err != nil {
+			return err
+		}
+		n.confState.Store(snap.ConfState)
+		n.snapIndex = snap.Index
+	}
+	// The WAL's commit index may lag (commit-only changes are not written,
+	// see handleReady), but everything at or below the snapshot, and
+	// everything the state machine applied, was committed.
+	last := snap.Index
+	if len(ents) > 0 {
+		last = ents[len(ents)-1].GetIndex()
+	}
+	commit := max(hs.GetCommit(), snap.Index, min(n.sm.ConsistentIndex(), last))
+	if commit != hs.GetCommit() {
+		hs = &raftpb.HardState{Term: proto.Uint64(hs.GetTerm()), Vote: proto.Uint64(hs.GetVote()), Commit: proto.Uint64(commit)}
+	}
+	if err := n.storage.SetHardState(hs); err != nil {
+		return err
+	}
+	if err := n.storage.Append(ents); err != nil {
+		return err
+	}
+	n.applied.Store(max(snap.Index, n.sm.ConsistentIndex()))
+	n.restoredVoters = votersAfter(snap.ConfState, ents, hs.GetCommit())
+	n.log.Info("restored raft log from WAL", "snapshot-index", snap.Index, "entries", len(ents),
+		"term", hs.GetTerm(), "commit", hs.GetCommit(), "consistent-index", n.sm.ConsistentIndex())
+	return nil
+}
+
+func (n *Node) soleVoter() bool {
+	v := n.restoredVoters
+	return len(v) == 1 && v[0] == n.cfg.ID
+}
+
+// votersAfter replays the committed conf changes in ents over cs and
+// returns the voters, so a restarted lone member can campaign at once.
+func votersAfter(cs *raftpb.ConfState, ents []*raftpb.Entry, commit uint64) []uint64 {
+	set := map[uint64]bool{}
+	for _, v := range cs.GetVoters() {
+		set[v] = true
+	}
+	for _, e := range ents {
+		if e.GetIndex() > commit || e.GetType() != raftpb.EntryConfChange {
+			continue
+		}
+		var cc raftpb.ConfChange
+		if proto.Unmarshal(e.GetData(), &cc) != nil {
+			continue
+		}
+		switch cc.GetType() {
+		case raftpb.ConfChangeAddNode:
+			set[cc.GetNodeId()] = true
+		case raftpb.ConfChangeRemoveNode, raftpb.ConfChangeAddLearnerNode:
+			delete(set, cc.GetNodeId())
+		}
+	}
+	out := make([]uint64, 0, len(set))
+	for v := range set {
+		out = append(out, v)
+	}
+	return out
+}
+
+// metadata is the WAL's metadata: node id and cluster id (wire format,
+// never change): two big-endian u64.
+func encodeMetadata(id, cluster uint64) []byte {
+	b := make([]byte, 16)
+	binary.BigEndian.PutUint64(b, id)
+	binary.BigEndian.PutUint64(b[8:], cluster)
+	return b
+}
+
+// Propose submits data (an encoded request) to be committed. It returns
+// once raft has accepted or refused it; the caller waits for the apply.
+func (n *Node) Propose(ctx context.Context, data []byte) error {
+	return n.propose(ctx, proposal{data: data, errc: make(chan error, 1)})
+}
+
+// ProposeAsync queues data for raft and returns without waiting for raft
+// to accept it, saving the proposer a goroutine round trip; if raft
+// refuses it, onDrop is called from the raft goroutine and must not block.
+func (n *Node) ProposeAsync(ctx context.Context, data []byte, onDrop func(error)) error {
+	select {
+	case n.propc <- proposal{data: data, onDrop: onDrop}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.done:
+		return n.stopErr()
+	}
+}
+
+// ProposeConfChange submits a membership change.
+func (n *Node) ProposeConfChange(ctx context.Context, cc raftpb.ConfChangeI) error {
+	return n.propose(ctx, proposal{cc: cc, errc: make(chan error, 1)})
+}
+
+func (n *Node) propose(ctx context.Context, p proposal) error {
+	select {
+	case n.propc <- p:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.done:
+		return n.stopErr()
+	}
+	select {
+	case err := <-p.errc:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.done:
+		return n.stopErr()
+	}
+}
+
+// Step delivers a message from a peer.
+func (n *Node) Step(ctx context.Context, m *raftpb.Message) error {
+	select {
+	case n.recvc <- m:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.done:
+		return n.stopErr()
+	}
+}
+
+func (n *Node) stopErr() error {
+	if e := n.err.Load(); e != nil {
+		return fmt.Errorf("%w: %w", ErrStopped, *e)
+	}
+	return ErrStopped
+}
+
+// Stop stops the goroutines, waits for queued applies, makes the state
+// machine durable and closes the WAL.
+func (n *Node) Stop() error {
+	n.stopOnce.Do(func() { close(n.stopc) })
+	<-n.done
+	<-n.appliedDone
+	err := n.sm.Commit()
+	if werr := n.wal.Close(); err == nil {
+		err = werr
+	}
+	return err
+}
+
+// Done is closed when the node has stopped (after Stop or a fatal error).
+func (n *Node) Done() <-chan struct{} { return n.done }
+
+// Err returns the fatal error that stopped the node, if any.
+func (n *Node) Err() error {
+	if e := n.err.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+func (n *Node) fail(err error) {
+	n.err.CompareAndSwap(nil, &err)
+	n.log.Error("raft node stopping on a fatal error", "error", err)
+	n.stopOnce.Do(func() { close(n.stopc) })
+}
+
+// ReadIDs returns the member and cluster ids recorded in an existing WAL.
+func ReadIDs(walDir string) (id, cluster uint64, err error) {
+	meta, err := wal.ReadMetadata(nil, walDir)
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(meta) != 16 {
+		return 0, 0, fmt.Errorf("raft: WAL metadata in %s is %d bytes, want 16", walDir, len(meta))
+	}
+	return binary.BigEndian.Uint64(meta), binary.BigEndian.Uint64(meta[8:]), nil
+}

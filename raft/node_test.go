@@ -1,0 +1,207 @@
+package raft
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// fileSM is a small durable state machine: it appends applied payloads to
+// a list and, on Commit, writes the list and its consistent index to a
+// file, the way the page store commits data and index together.
+type fileSM struct {
+	path string
+
+	mu      sync.Mutex
+	ci      uint64 // durable consistent index
+	applied uint64
+	data    []string
+	dup     int // entries delivered twice past ci (must stay 0)
+}
+
+func openFileSM(t *testing.T, path string) *fileSM {
+	sm := &fileSM{path: path}
+	b, err := os.ReadFile(path)
+	if err == nil && len(b) >= 8 {
+		sm.ci = binary.BigEndian.Uint64(b)
+		sm.applied = sm.ci
+		for rest := b[8:]; len(rest) >= 4; {
+			n := binary.BigEndian.Uint32(rest)
+			sm.data = append(sm.data, string(rest[4:4+n]))
+			rest = rest[4+n:]
+		}
+	} else if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return sm
+}
+
+func (s *fileSM) ConsistentIndex() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ci
+}
+
+func (s *fileSM) Apply(ents []*raftpb.Entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range ents {
+		if e.GetIndex() <= s.applied {
+			if e.GetIndex() > s.ci {
+				s.dup++
+			}
+			continue
+		}
+		s.applied = e.GetIndex()
+		if e.GetType() == raftpb.EntryNormal && len(e.GetData()) > 0 {
+			s.data = append(s.data, string(e.GetData()))
+		}
+	}
+}
+
+func (s *fileSM) Commit() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, s.applied)
+	for _, d := range s.data {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(d)))
+		b = append(b, d...)
+	}
+	tmp := s.path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, s.path); err != nil {
+		return err
+	}
+	s.ci = s.applied
+	return nil
+}
+
+func (s *fileSM) snapshot() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.data...)
+}
+
+func startNode(t *testing.T, dir string, sm StateMachine, snapCount uint64) *Node {
+	t.Helper()
+	n, err := Start(Config{
+		ID: 1, ClusterID: 7, Peers: []etcdraft.Peer{{ID: 1}},
+		WALDir: filepath.Join(dir, "wal"), TickInterval: 10 * time.Millisecond,
+		ElectionTicks: 10, HeartbeatTicks: 1, SnapshotCount: snapCount, CatchUpEntries: 5,
+		StateMachine: sm,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// proposeAndWait proposes v and waits until it is applied, as the server
+// does (it knows the entry's effect by watching the state machine).
+func proposeAndWait(t *testing.T, n *Node, sm *fileSM, v string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for {
+		err := n.Propose(ctx, []byte(v))
+		if err == nil {
+			break
+		}
+		if err != ErrProposalDropped {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond) // no leader yet
+	}
+	for {
+		d := sm.snapshot()
+		if len(d) > 0 && d[len(d)-1] == v {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%q not applied", v)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestSingleMemberProposeRestartSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	smPath := filepath.Join(dir, "sm")
+	sm := openFileSM(t, smPath)
+	n := startNode(t, dir, sm, 25)
+	for i := 0; i < 120; i++ {
+		proposeAndWait(t, n, sm, fmt.Sprintf("v%d", i))
+	}
+	if st := n.Status(); st.Leader != 1 || st.Applied < 120 {
+		t.Fatalf("status %+v", st)
+	}
+	segsBefore := len(n.WAL().Segments())
+	if err := n.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	_ = segsBefore
+
+	// Restart: the log replays only past the consistent index, and the
+	// member becomes leader again without waiting for an election.
+	sm2 := openFileSM(t, smPath)
+	start := time.Now()
+	n2 := startNode(t, dir, sm2, 25)
+	defer n2.Stop()
+	proposeAndWait(t, n2, sm2, "after-restart")
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("restart took %v to serve a proposal", d)
+	}
+	got := sm2.snapshot()
+	if len(got) != 121 || got[0] != "v0" || got[119] != "v119" {
+		t.Fatalf("state after restart has %d entries: %v ... ", len(got), got[:3])
+	}
+	if sm2.dup != 0 {
+		t.Fatalf("%d entries re-applied past the consistent index", sm2.dup)
+	}
+}
+
+func TestReadIndexBatchesAndWaitsForApply(t *testing.T) {
+	dir := t.TempDir()
+	sm := openFileSM(t, filepath.Join(dir, "sm"))
+	n := startNode(t, dir, sm, 0)
+	defer n.Stop()
+	proposeAndWait(t, n, sm, "x")
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			idx, err := n.ReadIndex(ctx)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if idx < 2 {
+				errs <- fmt.Errorf("read index %d below the applied proposal", idx)
+				return
+			}
+			if err := n.WaitApplied(ctx, idx); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}

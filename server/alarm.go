@@ -1,0 +1,184 @@
+package server
+
+import (
+	"context"
+	"sort"
+	"sync"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-db/strata/mvcc"
+	"github.com/strata-db/strata/pagestore"
+)
+
+// alarmBucket holds active alarms as etcd stores them: the key is a
+// marshaled AlarmMember, the value empty.
+var alarmBucket = []byte("alarm")
+
+// alarms is the replicated set of active alarms. Apply changes it; RPCs
+// and the quota check read it.
+type alarms struct {
+	mu sync.RWMutex
+	m  map[alarmKey]bool
+}
+
+type alarmKey struct {
+	member uint64
+	typ    pb.AlarmType
+}
+
+func newAlarms() *alarms { return &alarms{m: map[alarmKey]bool{}} }
+
+// load restores the alarms from the page store.
+func (a *alarms) load(db *pagestore.DB) error {
+	return db.View(func(tx *pagestore.Tx) error {
+		b, err := tx.Bucket(alarmBucket)
+		if err != nil {
+			return nil // no alarm ever raised
+		}
+		return b.ForEach(func(k, _ []byte) error {
+			var am pb.AlarmMember
+			if err := proto.Unmarshal(k, &am); err != nil {
+				return err
+			}
+			a.m[alarmKey{am.MemberID, am.Alarm}] = true
+			return nil
+		})
+	})
+}
+
+// active reports whether an alarm of type t is raised on any member.
+func (a *alarms) active(t pb.AlarmType) bool {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	for k := range a.m {
+		if k.typ == t {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *alarms) list() []*pb.AlarmMember {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	out := make([]*pb.AlarmMember, 0, len(a.m))
+	for k := range a.m {
+		out = append(out, &pb.AlarmMember{MemberID: k.member, Alarm: k.typ})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].MemberID != out[j].MemberID {
+			return out[i].MemberID < out[j].MemberID
+		}
+		return out[i].Alarm < out[j].Alarm
+	})
+	return out
+}
+
+func alarmKeyBytes(member uint64, t pb.AlarmType) []byte {
+	b, _ := proto.Marshal(&pb.AlarmMember{MemberID: member, Alarm: t})
+	return b
+}
+
+// apply applies an AlarmRequest at raft index ci.
+func (a *alarms) apply(w *mvcc.WriteTx, r *pb.AlarmRequest) *pb.AlarmResponse {
+	resp := &pb.AlarmResponse{}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch r.Action {
+	case pb.AlarmRequest_GET:
+		for k := range a.m {
+			resp.Alarms = append(resp.Alarms, &pb.AlarmMember{MemberID: k.member, Alarm: k.typ})
+		}
+	case pb.AlarmRequest_ACTIVATE:
+		if r.Alarm == pb.AlarmType_NONE {
+			break
+		}
+		k := alarmKey{r.MemberID, r.Alarm}
+		if !a.m[k] {
+			a.m[k] = true
+			w.Put(alarmBucket, alarmKeyBytes(r.MemberID, r.Alarm), []byte{})
+		}
+		resp.Alarms = append(resp.Alarms, &pb.AlarmMember{MemberID: r.MemberID, Alarm: r.Alarm})
+	case pb.AlarmRequest_DEACTIVATE:
+		for k := range a.m {
+			if (r.MemberID == 0 || k.member == r.MemberID) && (r.Alarm == pb.AlarmType_NONE || k.typ == r.Alarm) {
+				delete(a.m, k)
+				w.Delete(alarmBucket, alarmKeyBytes(k.member, k.typ))
+				resp.Alarms = append(resp.Alarms, &pb.AlarmMember{MemberID: k.member, Alarm: k.typ})
+			}
+		}
+	}
+	return resp
+}
+
+// Quota (etcd's backend quota, on bytes in use rather than file size):
+// a write that would push the estimated bytes in use over the quota is
+// refused with "etcdserver: mvcc: database space exceeded" and raises the
+// NOSPACE alarm; while the alarm is active, writes are refused at the
+// server and at apply, and reads and deletes keep working.
+
+// kvOverhead is etcd's per-write cost allowance for keys and bookkeeping.
+const kvOverhead = 256
+
+func requestCost(req *pb.InternalRaftRequest) int {
+	switch {
+	case req.Put != nil:
+		return kvOverhead + len(req.Put.Key) + len(req.Put.Value)
+	case req.Txn != nil:
+		return txnCost(req.Txn)
+	case req.LeaseGrant != nil:
+		return 64
+	}
+	return 0
+}
+
+func txnCost(t *pb.TxnRequest) int {
+	cost := 0
+	for _, branch := range [][]*pb.RequestOp{t.Success, t.Failure} {
+		c := 0
+		for _, op := range branch {
+			switch {
+			case op.GetRequestPut() != nil:
+				c += kvOverhead + len(op.GetRequestPut().Key) + len(op.GetRequestPut().Value)
+			case op.GetRequestTxn() != nil:
+				c += txnCost(op.GetRequestTxn())
+			}
+		}
+		cost = max(cost, c)
+	}
+	return cost
+}
+
+// checkQuota refuses a write that does not fit, raising NOSPACE.
+func (s *Server) checkQuota(req *pb.InternalRaftRequest) error {
+	cost := requestCost(req)
+	if cost == 0 {
+		return nil
+	}
+	if s.alarms.active(pb.AlarmType_NOSPACE) {
+		return errNoSpace
+	}
+	q := s.quotaBytes()
+	if q <= 0 {
+		return nil
+	}
+	if s.db.Stats().InUseBytes+s.be.PendingBytes()+int64(cost) < q {
+		return nil
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.requestTimeout())
+		defer cancel()
+		s.propose(ctx, &pb.InternalRaftRequest{Alarm: &pb.AlarmRequest{
+			Action: pb.AlarmRequest_ACTIVATE, MemberID: s.id, Alarm: pb.AlarmType_NOSPACE}})
+	}()
+	s.lg.Warn("database space exceeded; raising the NOSPACE alarm", "quota-size-bytes", q)
+	return errNoSpace
+}
+
+// cappedByAlarm reports whether apply must refuse req: NOSPACE refuses
+// everything that adds data (etcd's capped applier).
+func (s *Server) cappedByAlarm(req *pb.InternalRaftRequest) bool {
+	return requestCost(req) > 0 && s.alarms.active(pb.AlarmType_NOSPACE)
+}

@@ -1,0 +1,117 @@
+package server
+
+import (
+	"sync/atomic"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// applier is the raft StateMachine: it applies committed entries to the
+// MVCC store and hands each result to the proposer waiting for it.
+type applier struct {
+	s *Server
+	// applied is the index of the last entry applied (in memory); entries
+	// at or below it are skipped, which makes WAL replay idempotent.
+	applied atomic.Uint64
+}
+
+func newApplier(s *Server) *applier {
+	a := &applier{s: s}
+	a.applied.Store(s.kv.ConsistentIndex())
+	return a
+}
+
+func (a *applier) ConsistentIndex() uint64 { return a.s.kv.ConsistentIndex() }
+
+func (a *applier) Commit() error { return a.s.be.ForceCommit() }
+
+func (a *applier) Apply(ents []*raftpb.Entry) {
+	for _, e := range ents {
+		idx, term := e.GetIndex(), e.GetTerm()
+		if idx <= a.applied.Load() {
+			continue
+		}
+		switch e.GetType() {
+		case raftpb.EntryNormal:
+			a.applyNormal(idx, term, e.GetData())
+		default:
+			// Membership changes of a single member are the bootstrap
+			// entries; their effect on raft is applied by the raft layer.
+			a.s.kv.ApplyNoop(idx, term)
+		}
+		a.applied.Store(idx)
+		a.s.metrics.proposalsApplied.Inc()
+	}
+}
+
+func (a *applier) applyNormal(idx, term uint64, data []byte) {
+	s := a.s
+	if len(data) == 0 { // a new leader's empty entry
+		s.kv.ApplyNoop(idx, term)
+		return
+	}
+	var req pb.InternalRaftRequest
+	if err := proto.Unmarshal(data, &req); err != nil {
+		s.lg.Error("cannot decode a committed entry; skipping it", "index", idx, "error", err)
+		s.kv.ApplyNoop(idx, term)
+		return
+	}
+	id := req.GetHeader().GetID()
+	if id == 0 {
+		id = req.ID
+	}
+	r := a.dispatch(idx, term, &req)
+	s.wait.trigger(id, r)
+}
+
+func (a *applier) dispatch(idx, term uint64, req *pb.InternalRaftRequest) applyResult {
+	s := a.s
+	kv := s.kv
+	var r applyResult
+	if s.cappedByAlarm(req) {
+		kv.ApplyNoop(idx, term)
+		return applyResult{err: errNoSpace}
+	}
+	if err := s.applyAuthCheck(req); err != nil {
+		kv.ApplyNoop(idx, term)
+		return applyResult{err: err}
+	}
+	w := s.be.BeginWrite()
+	resp, handled, err := s.auth.Apply(w, idx, req)
+	w.End(idx, term)
+	if handled {
+		return applyResult{resp: resp, err: err}
+	}
+	switch {
+	case req.Alarm != nil:
+		w := s.be.BeginWrite()
+		r.resp = s.alarms.apply(w, req.Alarm)
+		w.End(idx, term)
+	case req.Put != nil:
+		r.resp, r.err = kv.Put(idx, term, req.Put)
+	case req.DeleteRange != nil:
+		r.resp, r.err = kv.DeleteRange(idx, term, req.DeleteRange)
+	case req.Txn != nil:
+		r.resp, r.err = kv.Txn(idx, term, req.Txn)
+	case req.LeaseGrant != nil:
+		var ttl int64
+		ttl, r.err = s.lessor.Grant(idx, term, req.LeaseGrant.ID, req.LeaseGrant.TTL)
+		r.resp = &pb.LeaseGrantResponse{ID: req.LeaseGrant.ID, TTL: ttl}
+	case req.LeaseRevoke != nil:
+		var rev int64
+		rev, r.err = s.lessor.RevokeAndDelete(idx, term, req.LeaseRevoke.ID, kv)
+		r.resp = &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: rev}}
+	case req.LeaseCheckpoint != nil:
+		s.lessor.Checkpoint(idx, term, req.LeaseCheckpoint.Checkpoints)
+		r.resp = &pb.LeaseCheckpointResponse{}
+	case req.Compaction != nil:
+		var resp *pb.CompactionResponse
+		resp, r.done, r.err = kv.Compact(idx, term, req.Compaction)
+		r.resp = resp
+	default:
+		kv.ApplyNoop(idx, term)
+	}
+	return r
+}

@@ -1,0 +1,280 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-db/strata/auth"
+	"github.com/strata-db/strata/mvcc"
+	"github.com/strata-db/strata/raft"
+)
+
+// kvServer serves the KV service.
+type kvServer struct {
+	pb.UnimplementedKVServer
+	s *Server
+}
+
+// header fills a response header: cluster, member, raft term, and the
+// store's current revision unless the operation set one.
+func (s *Server) header(rev int64) *pb.ResponseHeader {
+	if rev == 0 {
+		rev = s.kv.Rev()
+	}
+	return &pb.ResponseHeader{ClusterId: s.cluster, MemberId: s.id, Revision: rev, RaftTerm: s.node.Status().Term}
+}
+
+func (s *Server) fill(h *pb.ResponseHeader) {
+	if h == nil {
+		return
+	}
+	h.ClusterId, h.MemberId, h.RaftTerm = s.cluster, s.id, s.node.Status().Term
+	if h.Revision == 0 {
+		h.Revision = s.kv.Rev()
+	}
+}
+
+// linearizableRead waits until a read served from the local store
+// reflects every write committed before it was called.
+func (s *Server) linearizableRead(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.requestTimeout())
+	defer cancel()
+	idx, err := s.node.ReadIndex(ctx)
+	if err != nil {
+		return readErr(ctx, err)
+	}
+	if err := s.node.WaitApplied(ctx, idx); err != nil {
+		return readErr(ctx, err)
+	}
+	return nil
+}
+
+func readErr(ctx context.Context, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+		return errTimeout
+	}
+	return err
+}
+
+// propose sends req through raft and waits for its apply result.
+func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (applyResult, error) {
+	return s.proposeAs(ctx, req, nil)
+}
+
+// proposeAs proposes req on behalf of the caller ai (nil: the server
+// itself), whose name and auth revision apply checks again.
+func (s *Server) proposeAs(ctx context.Context, req *pb.InternalRaftRequest, ai *auth.AuthInfo) (applyResult, error) {
+	if err := s.checkQuota(req); err != nil {
+		return applyResult{}, err
+	}
+	id := s.reqIDs.next()
+	req.Header = &pb.RequestHeader{ID: id}
+	if ai != nil {
+		req.Header.Username, req.Header.AuthRevision = ai.Username, ai.Revision
+	}
+	data, err := proto.Marshal(req)
+	if err != nil {
+		return applyResult{}, err
+	}
+	if len(data) > int(s.cfg.MaxRequestBytes) {
+		return applyResult{}, errRequestTooLarge
+	}
+	ch := s.wait.register(id)
+	ctx, cancel := context.WithTimeout(ctx, s.requestTimeout())
+	defer cancel()
+	start := time.Now()
+	s.metrics.proposalsPending.Inc()
+	defer s.metrics.proposalsPending.Dec()
+	drop := func(err error) {
+		if errors.Is(err, raft.ErrProposalDropped) {
+			err = errNoLeader
+		}
+		s.wait.trigger(id, applyResult{err: err, dropped: true})
+	}
+	if err := s.node.ProposeAsync(ctx, data, drop); err != nil {
+		s.wait.cancel(id)
+		s.metrics.proposalsFailed.Inc()
+		return applyResult{}, readErr(ctx, err)
+	}
+	select {
+	case r := <-ch:
+		if r.dropped {
+			s.metrics.proposalsFailed.Inc()
+			return applyResult{}, r.err
+		}
+		s.metrics.proposalsCommitted.Inc()
+		s.metrics.observeApply(time.Since(start))
+		return r, nil
+	case <-ctx.Done():
+		s.wait.cancel(id)
+		s.metrics.proposalsFailed.Inc()
+		if ctx.Err() == context.DeadlineExceeded {
+			return applyResult{}, errTimeout
+		}
+		return applyResult{}, ctx.Err()
+	case <-s.stopping:
+		return applyResult{}, errStopped
+	}
+}
+
+func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	if err := checkRangeRequest(r); err != nil {
+		return nil, err
+	}
+	s := k.s
+	ai, err := s.authInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.auth.IsRangePermitted(ai, r.Key, r.RangeEnd); err != nil {
+		return nil, auth.ToGRPCError(err)
+	}
+	if !r.Serializable {
+		if err := s.linearizableRead(ctx); err != nil {
+			return nil, toGRPCError(err)
+		}
+	}
+	resp, err := s.kv.Range(r)
+	s.metrics.rangeTotal.Inc()
+	if err != nil {
+		return nil, toGRPCError(err)
+	}
+	s.fill(resp.Header)
+	return resp, nil
+}
+
+func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
+	if err := checkPutRequest(r); err != nil {
+		return nil, err
+	}
+	ai, err := k.s.authInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := k.s.auth.IsPutRequestPermitted(ai, r, k.s.leaseKeys); err != nil {
+		return nil, auth.ToGRPCError(err)
+	}
+	res, err := k.s.proposeAs(ctx, &pb.InternalRaftRequest{Put: r}, ai)
+	if err == nil {
+		err = res.err
+	}
+	k.s.metrics.putTotal.Inc()
+	if err != nil {
+		return nil, toGRPCError(err)
+	}
+	resp := res.resp.(*pb.PutResponse)
+	k.s.fill(resp.Header)
+	return resp, nil
+}
+
+func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	if err := checkDeleteRequest(r); err != nil {
+		return nil, err
+	}
+	ai, err := k.s.authInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := k.s.auth.IsDeleteRangeRequestPermitted(ai, r); err != nil {
+		return nil, auth.ToGRPCError(err)
+	}
+	res, err := k.s.proposeAs(ctx, &pb.InternalRaftRequest{DeleteRange: r}, ai)
+	if err == nil {
+		err = res.err
+	}
+	k.s.metrics.deleteTotal.Inc()
+	if err != nil {
+		return nil, toGRPCError(err)
+	}
+	resp := res.resp.(*pb.DeleteRangeResponse)
+	k.s.fill(resp.Header)
+	return resp, nil
+}
+
+func isTxnSerializable(r *pb.TxnRequest) bool {
+	for _, branch := range [][]*pb.RequestOp{r.Success, r.Failure} {
+		for _, u := range branch {
+			if rr := u.GetRequestRange(); rr == nil || !rr.Serializable {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	s := k.s
+	if err := checkTxnRequest(r, int(s.cfg.MaxTxnOps)); err != nil {
+		return nil, err
+	}
+	if _, _, err := checkIntervals(r.Success); err != nil {
+		return nil, err
+	}
+	if _, _, err := checkIntervals(r.Failure); err != nil {
+		return nil, err
+	}
+	s.metrics.txnTotal.Inc()
+	ai, err := s.authInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.auth.IsTxnPermitted(ai, r, s.leaseKeys); err != nil {
+		return nil, auth.ToGRPCError(err)
+	}
+	if mvcc.IsTxnReadOnly(r) {
+		if !isTxnSerializable(r) {
+			if err := s.linearizableRead(ctx); err != nil {
+				return nil, toGRPCError(err)
+			}
+		}
+		resp, err := s.kv.ReadTxn(r)
+		if err != nil {
+			return nil, toGRPCError(err)
+		}
+		s.fill(resp.Header)
+		return resp, nil
+	}
+	res, err := s.proposeAs(ctx, &pb.InternalRaftRequest{Txn: r}, ai)
+	if err == nil {
+		err = res.err
+	}
+	if err != nil {
+		return nil, toGRPCError(err)
+	}
+	resp := res.resp.(*pb.TxnResponse)
+	s.fill(resp.Header)
+	return resp, nil
+}
+
+func (k *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	ai, err := k.s.authInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := k.s.auth.IsAdminPermitted(ai); err != nil {
+		return nil, auth.ToGRPCError(err)
+	}
+	res, err := k.s.proposeAs(ctx, &pb.InternalRaftRequest{Compaction: r}, ai)
+	if err == nil {
+		err = res.err
+	}
+	if err != nil {
+		return nil, toGRPCError(err)
+	}
+	if r.Physical && res.done != nil {
+		select {
+		case <-res.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-k.s.stopping:
+			return nil, toGRPCError(errStopped)
+		}
+	}
+	resp := res.resp.(*pb.CompactionResponse)
+	k.s.fill(resp.Header)
+	return resp, nil
+}

@@ -1,0 +1,195 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/strata-db/strata/auth"
+	"github.com/strata-db/strata/lease"
+)
+
+// leaseServer serves the Lease service. Grants, revokes and checkpoints
+// go through raft; keep-alives and TTL queries are answered by the
+// leader's lessor, whose clocks are not replicated.
+type leaseServer struct {
+	pb.UnimplementedLeaseServer
+	s *Server
+}
+
+func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+	s := l.s
+	if r.TTL > lease.MaxLeaseTTL {
+		return nil, rpctypes.ErrGRPCLeaseTTLTooLarge
+	}
+	req := &pb.LeaseGrantRequest{ID: r.ID, TTL: r.TTL}
+	if req.ID == 0 {
+		// etcd derives server-chosen lease ids from its request ids.
+		for req.ID == 0 {
+			req.ID = int64(s.reqIDs.next() & (1<<63 - 1))
+		}
+	}
+	res, err := s.propose(ctx, &pb.InternalRaftRequest{LeaseGrant: req})
+	if err == nil {
+		err = res.err
+	}
+	if err != nil {
+		return nil, toGRPCError(err)
+	}
+	resp := res.resp.(*pb.LeaseGrantResponse)
+	resp.Header = s.header(0)
+	return resp, nil
+}
+
+func (l *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	s := l.s
+	ai, err := s.authInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if keys := s.leaseKeys(r.ID); keys != nil {
+		if err := s.auth.IsLeaseKeysPermitted(ai, keys); err != nil {
+			return nil, auth.ToGRPCError(err)
+		}
+	}
+	res, err := s.proposeAs(ctx, &pb.InternalRaftRequest{LeaseRevoke: r}, ai)
+	if err == nil {
+		err = res.err
+	}
+	if err != nil {
+		return nil, toGRPCError(err)
+	}
+	resp := res.resp.(*pb.LeaseRevokeResponse)
+	s.fill(resp.Header)
+	return resp, nil
+}
+
+func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
+	s := l.s
+	for {
+		req, err := stream.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		resp := &pb.LeaseKeepAliveResponse{ID: req.ID, Header: s.header(0)}
+		ttl, err := s.renewLease(stream.Context(), req.ID)
+		switch {
+		case err == nil:
+			resp.TTL = ttl
+		case errors.Is(err, lease.ErrLeaseNotFound):
+			resp.TTL = 0 // etcd answers an unknown lease with TTL 0
+		default:
+			return toGRPCError(err)
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// renewLease renews on the leader, after it has applied everything it
+// committed, so a just-revoked lease is not renewed.
+func (s *Server) renewLease(ctx context.Context, id int64) (int64, error) {
+	if !s.node.IsLeader() {
+		return 0, errNoLeader
+	}
+	if err := s.linearizableRead(ctx); err != nil {
+		return 0, err
+	}
+	ttl, err := s.lessor.Renew(ctx, id)
+	if errors.Is(err, lease.ErrNotPrimary) {
+		return 0, errNoLeader
+	}
+	return ttl, err
+}
+
+func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	s := l.s
+	if err := s.linearizableRead(ctx); err != nil {
+		return nil, toGRPCError(err)
+	}
+	resp := &pb.LeaseTimeToLiveResponse{Header: s.header(0), ID: r.ID}
+	info, err := s.lessor.TimeToLive(r.ID, r.Keys)
+	if errors.Is(err, lease.ErrLeaseNotFound) {
+		resp.TTL = -1 // etcd: an unknown lease has TTL -1
+		return resp, nil
+	}
+	if err != nil {
+		return nil, toGRPCError(err)
+	}
+	resp.TTL, resp.GrantedTTL, resp.Keys = info.TTLSeconds(), info.TTL, info.Keys
+	return resp, nil
+}
+
+func (l *leaseServer) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
+	s := l.s
+	if err := s.linearizableRead(ctx); err != nil {
+		return nil, toGRPCError(err)
+	}
+	resp := &pb.LeaseLeasesResponse{Header: s.header(0)}
+	for _, id := range s.lessor.Leases() {
+		resp.Leases = append(resp.Leases, &pb.LeaseStatus{ID: id})
+	}
+	return resp, nil
+}
+
+// runLeases promotes the lessor when this member becomes leader and
+// demotes it when it stops being one, and proposes a revoke for every
+// lease the primary lessor reports expired.
+func (s *Server) runLeases() {
+	primary := false
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stopping:
+			return
+		case ids := <-s.lessor.ExpiredLeasesC():
+			if !s.node.IsLeader() {
+				continue
+			}
+			for _, id := range ids {
+				go func(id int64) {
+					ctx, cancel := context.WithTimeout(context.Background(), s.requestTimeout())
+					defer cancel()
+					s.propose(ctx, &pb.InternalRaftRequest{LeaseRevoke: &pb.LeaseRevokeRequest{ID: id}})
+				}(id)
+			}
+		case <-tick.C:
+			leader := s.node.IsLeader()
+			switch {
+			case leader && !primary:
+				// Promote once the new term's entries are applied, so the
+				// lessor sees every grant and revoke committed before.
+				ctx, cancel := context.WithTimeout(context.Background(), s.requestTimeout())
+				err := s.linearizableRead(ctx)
+				cancel()
+				if err != nil {
+					continue
+				}
+				s.lessor.Promote(s.cfg.ElectionTimeout())
+				primary = true
+			case !leader && primary:
+				s.lessor.Demote()
+				primary = false
+			}
+		}
+	}
+}
+
+// checkpointLeases proposes remaining-TTL checkpoints (the lessor calls it
+// on the leader every checkpoint interval).
+func (s *Server) checkpointLeases(ctx context.Context, cps []*pb.LeaseCheckpoint) error {
+	res, err := s.propose(ctx, &pb.InternalRaftRequest{LeaseCheckpoint: &pb.LeaseCheckpointRequest{Checkpoints: cps}})
+	if err == nil {
+		err = res.err
+	}
+	return err
+}

@@ -1,0 +1,199 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/strata-db/strata/pagestore"
+)
+
+// maintenanceServer serves the Maintenance service.
+type maintenanceServer struct {
+	pb.UnimplementedMaintenanceServer
+	s *Server
+}
+
+// quotaBytes is the backend quota etcd would apply: --quota-backend-bytes,
+// 0 meaning the 2 GiB default.
+func (s *Server) quotaBytes() int64 {
+	q, enabled := s.cfg.QuotaBytes()
+	if !enabled {
+		return 0
+	}
+	return q
+}
+
+func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
+	s := m.s
+	st := s.node.Status()
+	ds := s.db.Stats()
+	resp := &pb.StatusResponse{
+		Header:           s.header(0),
+		Version:          EtcdVersion,
+		DbSize:           ds.FileSize,
+		DbSizeInUse:      ds.InUseBytes,
+		Leader:           st.Leader,
+		RaftIndex:        st.Committed,
+		RaftTerm:         st.Term,
+		RaftAppliedIndex: st.Applied,
+		DbSizeQuota:      s.quotaBytes(),
+		StorageVersion:   ClusterVersion,
+		DowngradeInfo:    s.downgrade.info(),
+	}
+	if m := s.members.get(s.id); m != nil {
+		resp.IsLearner = m.IsLearner
+	}
+	for _, a := range s.alarms.list() {
+		resp.Errors = append(resp.Errors, fmt.Sprintf("memberID:%d alarm:%s", a.MemberID, a.Alarm))
+	}
+	return resp, nil
+}
+
+func (m *maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
+	s := m.s
+	if r.Action == pb.AlarmRequest_GET {
+		return &pb.AlarmResponse{Header: s.header(0), Alarms: s.alarms.list()}, nil
+	}
+	if err := s.checkAdmin(ctx); err != nil {
+		return nil, err
+	}
+	res, err := s.propose(ctx, &pb.InternalRaftRequest{Alarm: r})
+	if err == nil {
+		err = res.err
+	}
+	if err != nil {
+		return nil, toGRPCError(err)
+	}
+	resp := res.resp.(*pb.AlarmResponse)
+	resp.Header = s.header(0)
+	return resp, nil
+}
+
+// Defragment compacts the page store online: live pages move from the
+// file's tail into holes in small steps while requests keep being served,
+// then the file is truncated. It returns when done, as etcd's does.
+func (m *maintenanceServer) Defragment(ctx context.Context, r *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
+	if err := m.s.checkAdmin(ctx); err != nil {
+		return nil, err
+	}
+	s := m.s
+	start := time.Now()
+	before := s.db.Stats()
+	if err := s.be.ForceCommit(); err != nil {
+		return nil, toGRPCError(err)
+	}
+	// Stop when steps stop making progress: what remains (pages a reader
+	// still sees, pages defrag cannot move) will not move by waiting.
+	dctx, stop := context.WithCancel(ctx)
+	defer stop()
+	stalled, lastSize, lastMoved := 0, int64(-1), -1
+	err := s.db.Defrag(dctx, func(p pagestore.DefragProgress) {
+		if p.FileSize == lastSize && p.MovedPages == lastMoved {
+			if stalled++; stalled >= 20 {
+				stop()
+			}
+		} else {
+			stalled = 0
+		}
+		lastSize, lastMoved = p.FileSize, p.MovedPages
+	})
+	if err != nil && !(errors.Is(err, context.Canceled) && ctx.Err() == nil) {
+		return nil, toGRPCError(err)
+	}
+	after := s.db.Stats()
+	s.lg.Info("finished defragmenting directory", "current-db-size-bytes", before.FileSize,
+		"current-db-size-in-use-bytes", before.InUseBytes, "new-db-size-bytes", after.FileSize,
+		"new-db-size-in-use-bytes", after.InUseBytes, "took", time.Since(start))
+	return &pb.DefragmentResponse{Header: s.header(0)}, nil
+}
+
+func (m *maintenanceServer) Hash(ctx context.Context, r *pb.HashRequest) (*pb.HashResponse, error) {
+	if err := m.s.checkAdmin(ctx); err != nil {
+		return nil, err
+	}
+	h, rev, err := m.s.kv.Hash()
+	if err != nil {
+		return nil, toGRPCError(err)
+	}
+	return &pb.HashResponse{Header: m.s.header(rev), Hash: h}, nil
+}
+
+func (m *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
+	if err := m.s.checkAdmin(ctx); err != nil {
+		return nil, err
+	}
+	h, rev, err := m.s.kv.HashKV(r.Revision)
+	if err != nil {
+		return nil, toGRPCError(err)
+	}
+	return &pb.HashKVResponse{Header: m.s.header(rev), Hash: h.Hash, CompactRevision: h.CompactRevision, HashRevision: h.Revision}, nil
+}
+
+// snapshotChunk is the size of each streamed piece, as etcd sends.
+const snapshotChunk = 32 * 1024
+
+// Snapshot streams a consistent copy of the page store followed by its
+// SHA-256, which etcdctl checks: the stream's size is the file size (a
+// multiple of the page size, so of 512) plus 32.
+func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, srv pb.Maintenance_SnapshotServer) error {
+	if err := m.s.checkAdmin(srv.Context()); err != nil {
+		return err
+	}
+	s := m.s
+	if err := s.be.ForceCommit(); err != nil {
+		return toGRPCError(err)
+	}
+	tx, err := s.db.Begin(false)
+	if err != nil {
+		return toGRPCError(err)
+	}
+	defer tx.Rollback()
+	total := tx.Size()
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := tx.WriteTo(pw)
+		pw.CloseWithError(err)
+	}()
+	defer pr.Close()
+	h := sha256.New()
+	sent := int64(0)
+	for sent < total {
+		buf := make([]byte, snapshotChunk)
+		n, err := io.ReadFull(pr, buf)
+		if n == 0 && err != nil {
+			return toGRPCError(err)
+		}
+		sent += int64(n)
+		h.Write(buf[:n])
+		if err := srv.Send(&pb.SnapshotResponse{Header: s.header(0), RemainingBytes: uint64(total - sent), Blob: buf[:n], Version: ClusterVersion}); err != nil {
+			return err
+		}
+	}
+	return srv.Send(&pb.SnapshotResponse{Header: s.header(0), Blob: h.Sum(nil), Version: ClusterVersion})
+}
+
+func (m *maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
+	if err := m.s.checkAdmin(ctx); err != nil {
+		return nil, err
+	}
+	s := m.s
+	if !s.node.IsLeader() {
+		return nil, rpctypes.ErrGRPCNotLeader
+	}
+	t := s.members.get(r.TargetID)
+	if t == nil || t.IsLearner {
+		return nil, rpctypes.ErrGRPCBadLeaderTransferee
+	}
+	if r.TargetID != s.id {
+		// Transfers between members arrive with the peer transport.
+		return nil, rpctypes.ErrGRPCBadLeaderTransferee
+	}
+	return &pb.MoveLeaderResponse{Header: s.header(0)}, nil
+}

@@ -1,0 +1,204 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"golang.org/x/net/http2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+)
+
+// grpcOverheadBytes is the allowance gRPC framing gets on top of
+// --max-request-bytes, as in etcd.
+const grpcOverheadBytes = 512 * 1024
+
+// Serve opens the client and metrics listeners and serves until Stop. It
+// returns once every listener is accepting; the "ready to serve client
+// requests" line is logged when the member can serve.
+func (s *Server) Serve() error {
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(int(s.cfg.MaxRequestBytes) + grpcOverheadBytes),
+		grpc.MaxSendMsgSize(math.MaxInt32),
+		grpc.MaxConcurrentStreams(maxStreams(s.cfg.MaxConcurrentStreams)),
+		grpc.ChainUnaryInterceptor(s.metrics.unaryInterceptor, s.authUnary),
+		grpc.ChainStreamInterceptor(s.metrics.streamInterceptor, s.authStream),
+		grpc.StatsHandler(statsHandler{s.metrics}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.cfg.GRPCKeepAliveMinTime, PermitWithoutStream: false}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.cfg.GRPCKeepAliveInterval, Timeout: s.cfg.GRPCKeepAliveTimeout}),
+	}
+	var clientTLS *tls.Config
+	if needsTLS(s.cfg.ListenClientURLs) {
+		var err error
+		if clientTLS, err = s.cfg.ClientTLS(); err != nil {
+			return err
+		}
+		// gRPC clients require ALPN to select h2; HTTP/1.1 clients
+		// (curl, the gateway's users) negotiate http/1.1.
+		clientTLS = clientTLS.Clone()
+		clientTLS.NextProtos = []string{"h2", "http/1.1"}
+		// TLS is terminated by the mux listener; gRPC sees the state
+		// through the connection for peer authentication.
+		opts = append(opts, grpc.Creds(handshakeDone{}))
+	}
+	s.grpc = grpc.NewServer(opts...)
+	pb.RegisterKVServer(s.grpc, &kvServer{s: s})
+	pb.RegisterMaintenanceServer(s.grpc, &maintenanceServer{s: s})
+	pb.RegisterClusterServer(s.grpc, &clusterServer{s: s})
+	pb.RegisterLeaseServer(s.grpc, &leaseServer{s: s})
+	pb.RegisterAuthServer(s.grpc, &authServer{s: s})
+	pb.RegisterWatchServer(s.grpc, &watchServer{s: s})
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(s.grpc, hs)
+
+	for _, u := range s.cfg.ListenClientURLs {
+		l, err := listen(u)
+		if err != nil {
+			s.stopListeners()
+			return fmt.Errorf("listen on client url %s: %w", u.String(), err)
+		}
+		s.listeners = append(s.listeners, l)
+		var tc *tls.Config
+		if u.Scheme == "https" || u.Scheme == "unixs" {
+			tc = clientTLS
+		}
+		mux := newMuxListener(l, tc)
+		go s.grpc.Serve(mux.grpcL)
+		gw, err := s.newGateway(l.Addr().String(), tc)
+		if err != nil {
+			s.stopListeners()
+			return err
+		}
+		handler := s.httpHandler(true, gw)
+		if tc != nil {
+			h2 := &http2.Server{}
+			split := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+					s.grpc.ServeHTTP(w, r)
+					return
+				}
+				handler.ServeHTTP(w, r)
+			})
+			mux.serveH2 = func(c net.Conn) { h2.ServeConn(c, &http2.ServeConnOpts{Handler: split}) }
+		}
+		hsrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+		s.httpSrv = append(s.httpSrv, hsrv)
+		go hsrv.Serve(mux.httpL)
+		if tc == nil {
+			s.lg.Warn("serving client traffic insecurely; this is strongly discouraged!", "address", u.Host)
+		} else {
+			s.lg.Info("serving client traffic securely", "address", u.Host)
+		}
+	}
+	for _, u := range s.cfg.ListenMetricsURLs {
+		l, err := listen(u)
+		if err != nil {
+			s.stopListeners()
+			return fmt.Errorf("listen on metrics url %s: %w", u.String(), err)
+		}
+		s.listeners = append(s.listeners, l)
+		if u.Scheme == "https" {
+			l = tls.NewListener(l, clientTLS)
+		}
+		hsrv := &http.Server{Handler: s.httpHandler(false, nil), ReadHeaderTimeout: 10 * time.Second}
+		s.httpSrv = append(s.httpSrv, hsrv)
+		go hsrv.Serve(l)
+		s.lg.Info("serving metrics", "address", u.String())
+	}
+	go s.runLeases()
+	go s.runAutoCompaction()
+	go func() {
+		s.waitReady()
+		select {
+		case <-s.readyc:
+			s.lg.Info("ready to serve client requests")
+			if err := sdNotify("READY=1"); err != nil {
+				s.lg.Warn("failed to notify systemd for readiness", "error", err)
+			}
+		default:
+		}
+	}()
+	return nil
+}
+
+func maxStreams(n uint32) uint32 {
+	if n == 0 {
+		return math.MaxUint32
+	}
+	return n
+}
+
+func needsTLS(us []url.URL) bool {
+	for _, u := range us {
+		if u.Scheme == "https" || u.Scheme == "unixs" {
+			return true
+		}
+	}
+	return false
+}
+
+func listen(u url.URL) (net.Listener, error) {
+	switch u.Scheme {
+	case "unix", "unixs":
+		path := u.Host + u.Path
+		os.Remove(path)
+		return net.Listen("unix", path)
+	}
+	return net.Listen("tcp", u.Host)
+}
+
+// stopListeners stops accepting, lets running RPCs finish for a moment,
+// then closes everything.
+func (s *Server) stopListeners() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, h := range s.httpSrv {
+		h.Shutdown(ctx)
+	}
+	if s.grpc != nil {
+		done := make(chan struct{})
+		go func() { s.grpc.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			s.grpc.Stop()
+		}
+	}
+	for _, l := range s.listeners {
+		l.Close()
+	}
+}
+
+// handshakeDone is transport credentials for connections whose TLS
+// handshake the mux listener already did: it only exposes the state.
+type handshakeDone struct{}
+
+func (handshakeDone) ClientHandshake(ctx context.Context, _ string, c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return c, nil, fmt.Errorf("server-side credentials only")
+}
+
+func (handshakeDone) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	if p, ok := c.(*peekedConn); ok {
+		return c, credentials.TLSInfo{State: p.ConnectionState(), CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, nil
+	}
+	return c, nil, nil
+}
+
+func (handshakeDone) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "tls", SecurityVersion: "1.2"}
+}
+func (h handshakeDone) Clone() credentials.TransportCredentials { return h }
+func (handshakeDone) OverrideServerName(string) error           { return nil }

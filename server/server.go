@@ -1,0 +1,311 @@
+// Package server is Strata's etcd v3 API server: it validates requests,
+// proposes writes through raft, serves reads from the MVCC store, and runs
+// the client listeners (gRPC, the JSON gateway, health and metrics).
+//
+// The server is split by responsibility: server.go (lifecycle), apply.go
+// (applying committed entries), kv.go (the KV service), maintenance.go,
+// cluster.go, http.go and listen.go. Server holds the parts; each service
+// is a small type over it.
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	etcdraft "go.etcd.io/raft/v3"
+	"google.golang.org/grpc"
+
+	"github.com/strata-db/strata/auth"
+	"github.com/strata-db/strata/lease"
+	"github.com/strata-db/strata/mvcc"
+	"github.com/strata-db/strata/pagestore"
+	"github.com/strata-db/strata/raft"
+	"github.com/strata-db/strata/server/config"
+	"github.com/strata-db/strata/wal"
+)
+
+// Versions. EtcdVersion is what Status and /version report as the etcd
+// server version, because clients (kube-apiserver above all) gate features
+// on it; Version is Strata's own, shown in /version and the logs.
+const (
+	EtcdVersion    = "3.7.3"
+	ClusterVersion = "3.7.0"
+	Version        = "0.1.0"
+)
+
+// Server is one running member.
+type Server struct {
+	cfg *config.Config
+	lg  *slog.Logger
+
+	id, cluster uint64
+	members     *members
+	alarms      *alarms
+	downgrade   downgradeState
+
+	db      *pagestore.DB
+	be      *mvcc.Backend
+	kv      *mvcc.Store
+	watch   *mvcc.WatchableStore
+	lessor  *lease.Lessor
+	auth    *auth.Store
+	node    *raft.Node
+	applier *applier
+	wait    *waitRegistry
+	reqIDs  *idGenerator
+	metrics *metrics
+
+	grpc      *grpc.Server
+	httpSrv   []*http.Server
+	listeners []net.Listener
+
+	readyc   chan struct{}
+	stopping chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
+}
+
+// New opens (or creates) the member's data and starts raft. Call Serve to
+// accept clients.
+func New(cfg *config.Config, lg *slog.Logger) (_ *Server, err error) {
+	if lg == nil {
+		lg = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, lg: lg, wait: newWaitRegistry(),
+		readyc: make(chan struct{}), stopping: make(chan struct{}), done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			s.closeStorage()
+		}
+	}()
+	if err := prepareDataDir(cfg.DataDir, lg); err != nil {
+		return nil, err
+	}
+	if err := refuseForeignData(cfg); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.SnapDir(), 0o700); err != nil {
+		return nil, err
+	}
+	s.metrics = newMetrics()
+	if s.db, err = pagestore.Open(cfg.BackendPath(), &pagestore.Options{Logger: lg}); err != nil {
+		return nil, fmt.Errorf("open backend %s: %w", cfg.BackendPath(), err)
+	}
+	s.be, err = mvcc.NewBackend(s.db, mvcc.BackendConfig{
+		BatchInterval: cfg.BackendBatchInterval, BatchLimit: cfg.BackendBatchLimit, Logger: lg,
+		OnCommit: s.metrics.observeBackendCommit,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.lessor, err = lease.Open(s.be, lease.Config{
+		MinTTL: lease.MinTTL(cfg.ElectionTimeout(), cfg.HeartbeatInterval()), Logger: lg})
+	if err != nil {
+		return nil, err
+	}
+	s.lessor.SetCheckpointer(s.checkpointLeases)
+	if err := s.openAuth(); err != nil {
+		return nil, err
+	}
+	s.watch, err = mvcc.NewWatchableStore(s.be, mvcc.StoreConfig{Logger: lg, Leases: s.lessor},
+		mvcc.WatchConfig{ProgressNotifyInterval: cfg.WatchProgressNotifyInterval})
+	if err != nil {
+		return nil, err
+	}
+	s.kv = s.watch.Store
+	s.alarms = newAlarms()
+	if err := s.alarms.load(s.db); err != nil {
+		return nil, err
+	}
+	if err := s.bootstrapIDs(); err != nil {
+		return nil, err
+	}
+	s.reqIDs = newIDGenerator(s.id, time.Now())
+	s.applier = newApplier(s)
+	var peers []etcdraft.Peer
+	for _, m := range s.members.list() {
+		peers = append(peers, etcdraft.Peer{ID: m.ID})
+	}
+	maxWALs := int(cfg.MaxWALs)
+	if maxWALs == 0 {
+		maxWALs = -1 // etcd's --max-wals=0: keep every segment
+	}
+	s.node, err = raft.Start(raft.Config{
+		ID: s.id, ClusterID: s.cluster, Peers: peers,
+		WALDir:       cfg.WALDir(),
+		WAL:          &wal.Options{MaxWALs: maxWALs, Logger: lg, Metrics: s.metrics.wal},
+		TickInterval: cfg.HeartbeatInterval(), ElectionTicks: cfg.ElectionTicks(), HeartbeatTicks: 1,
+		SnapshotCount: cfg.SnapshotCount, CatchUpEntries: cfg.SnapshotCatchUpEntries,
+		PreVote:      cfg.PreVote,
+		StateMachine: s.applier,
+		Logger:       lg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.metrics.register(s)
+	return s, nil
+}
+
+// prepareDataDir creates the data dir with mode 0700 and warns about a
+// looser existing mode.
+func prepareDataDir(dir string, lg *slog.Logger) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("cannot create data directory: %w", err)
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		lg.Warn("check file permission: directory is accessible by other users; it should be 0700",
+			"path", dir, "mode", st.Mode().Perm().String())
+	}
+	return nil
+}
+
+// refuseForeignData refuses a data dir written by etcd: its bbolt db
+// would be destroyed by an attempt to open it as a page store.
+func refuseForeignData(cfg *config.Config) error {
+	f, err := os.Open(cfg.BackendPath())
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	hdr := make([]byte, 32)
+	if n, _ := io.ReadFull(f, hdr); n < 20 {
+		return nil
+	}
+	const bboltMagic = 0xED0CDAED
+	if binary.LittleEndian.Uint32(hdr[16:20]) == bboltMagic {
+		return fmt.Errorf("data directory %s holds an etcd (bbolt) database at %s, which Strata does not open in place; "+
+			"migrate it: take a snapshot with 'etcdctl snapshot save snap.db' (or use the db file), then run "+
+			"'stratautl snapshot restore snap.db --data-dir NEW-DIR' and start strata on NEW-DIR",
+			cfg.DataDir, cfg.BackendPath())
+	}
+	return nil
+}
+
+// bootstrapIDs reads the member and cluster ids from an existing WAL, or
+// derives them from the initial cluster for a new member.
+func (s *Server) bootstrapIDs() error {
+	cfg := s.cfg
+	initial, err := cfg.InitialClusterMap()
+	if err != nil {
+		return err
+	}
+	s.members = newMembers()
+	var ids []uint64
+	for name, urls := range initial {
+		m := &Member{ID: memberID(urls, cfg.InitialClusterToken), Name: name, PeerURLs: urlStrings(urls)}
+		s.members.add(m)
+		ids = append(ids, m.ID)
+	}
+	if wal.Exist(nil, cfg.WALDir()) {
+		if s.id, s.cluster, err = raft.ReadIDs(cfg.WALDir()); err != nil {
+			return err
+		}
+	} else {
+		self, ok := initial[cfg.Name]
+		if !ok {
+			return fmt.Errorf("couldn't find local name %q in the initial cluster configuration", cfg.Name)
+		}
+		s.id = memberID(self, cfg.InitialClusterToken)
+		s.cluster = clusterID(ids)
+	}
+	if m := s.members.get(s.id); m != nil {
+		m.Name = cfg.Name
+		m.ClientURLs = urlStrings(cfg.AdvertiseClientURLs)
+	} else {
+		s.members.add(&Member{ID: s.id, Name: cfg.Name, PeerURLs: urlStrings(cfg.AdvertisePeerURLs),
+			ClientURLs: urlStrings(cfg.AdvertiseClientURLs)})
+	}
+	return nil
+}
+
+// Ready is closed once the member has a leader and has applied what was
+// committed when it started: it then serves requests.
+func (s *Server) Ready() <-chan struct{} { return s.readyc }
+
+// waitReady closes readyc when the member can serve.
+func (s *Server) waitReady() {
+	for {
+		st := s.node.Status()
+		if st.Leader != 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ElectionTimeout()*5)
+			err := s.node.WaitApplied(ctx, st.Committed)
+			cancel()
+			if err == nil {
+				close(s.readyc)
+				return
+			}
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-s.stopping:
+			return
+		}
+	}
+}
+
+// ID returns the member id.
+func (s *Server) ID() uint64 { return s.id }
+
+// ClusterID returns the cluster id.
+func (s *Server) ClusterID() uint64 { return s.cluster }
+
+// Stop shuts the server down gracefully: listeners stop accepting, running
+// RPCs finish (up to a few seconds), raft stops, and the WAL and page
+// store are closed cleanly.
+func (s *Server) Stop() error {
+	var err error
+	s.stopOnce.Do(func() {
+		close(s.stopping)
+		s.stopListeners()
+		err = s.node.Stop()
+		if cerr := s.closeStorage(); err == nil {
+			err = cerr
+		}
+		close(s.done)
+	})
+	return err
+}
+
+// Done is closed once Stop has finished.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+func (s *Server) closeStorage() error {
+	var errs []error
+	if s.lessor != nil {
+		s.lessor.Stop()
+	}
+	if s.watch != nil {
+		errs = append(errs, s.watch.Close())
+	} else if s.kv != nil {
+		errs = append(errs, s.kv.Close())
+	}
+	if s.be != nil {
+		errs = append(errs, s.be.Close())
+	}
+	if s.db != nil {
+		errs = append(errs, s.db.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// requestTimeout is how long a proposal may wait, as etcd computes it.
+func (s *Server) requestTimeout() time.Duration {
+	return 5*time.Second + 2*s.cfg.ElectionTimeout()
+}
+
+func dataPath(parts ...string) string { return filepath.Join(parts...) }

@@ -1,0 +1,125 @@
+package server
+
+import (
+	"errors"
+	"io"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/strata-db/strata/auth"
+	"github.com/strata-db/strata/mvcc"
+)
+
+// watchServer serves the Watch service over the watchable store: one
+// mvcc.WatchStream per gRPC stream, a receive loop for create, cancel and
+// progress requests, and a send loop for what the store produces.
+type watchServer struct {
+	pb.UnimplementedWatchServer
+	s *Server
+}
+
+func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
+	s := w.s
+	ctx := stream.Context()
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get(rpctypes.MetadataRequireLeaderKey); len(v) > 0 && v[0] == rpctypes.MetadataHasLeader && s.node.Status().Leader == 0 {
+			return rpctypes.ErrGRPCNoLeader
+		}
+	}
+	ws := s.watch.NewWatchStream()
+	defer ws.Close()
+	// Responses the handler makes itself (refusals) go through the same
+	// send goroutine as the store's, so the stream is written by one
+	// goroutine only.
+	own := make(chan *pb.WatchResponse, 16)
+	sendErr := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case r, ok := <-ws.Chan():
+				if !ok {
+					sendErr <- nil
+					return
+				}
+				for _, m := range r.Proto(s.header(0), int(s.cfg.MaxRequestBytes)) {
+					if err := stream.Send(m); err != nil {
+						sendErr <- err
+						return
+					}
+				}
+			case m := <-own:
+				if err := stream.Send(m); err != nil {
+					sendErr <- err
+					return
+				}
+			case <-ctx.Done():
+				sendErr <- ctx.Err()
+				return
+			}
+		}
+	}()
+	recvErr := make(chan error, 1)
+	go func() { recvErr <- w.recvLoop(stream, ws, own) }()
+	select {
+	case err := <-recvErr:
+		if err == io.EOF {
+			return nil
+		}
+		return err
+	case err := <-sendErr:
+		return err
+	case <-s.stopping:
+		return rpctypes.ErrGRPCStopped
+	}
+}
+
+func (w *watchServer) recvLoop(stream pb.Watch_WatchServer, ws *mvcc.WatchStream, own chan<- *pb.WatchResponse) error {
+	s := w.s
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		switch {
+		case req.GetCreateRequest() != nil:
+			c := req.GetCreateRequest()
+			if len(c.Key) == 0 {
+				c.Key = []byte{0} // the smallest key, as etcd
+			}
+			if len(c.RangeEnd) == 0 {
+				c.RangeEnd = nil
+			}
+			refuse := func(reason string) {
+				own <- &pb.WatchResponse{Header: s.header(0), WatchId: int64(mvcc.InvalidWatchID), Created: true, Canceled: true, CancelReason: reason}
+			}
+			if c.StartRevision < 0 {
+				refuse(rpctypes.ErrCompacted.Error())
+				continue
+			}
+			ai, err := s.authInfo(stream.Context())
+			if err == nil {
+				err = s.auth.IsRangePermitted(ai, c.Key, c.RangeEnd)
+			}
+			if err != nil {
+				// etcd puts the whole gRPC error text in cancel_reason.
+				if ge := auth.ToGRPCError(err); ge != nil {
+					err = ge
+				}
+				refuse(err.Error())
+				continue
+			}
+			if _, err := ws.Watch(mvcc.WatchRequestFromProto(c)); err != nil {
+				if errors.Is(err, mvcc.ErrWatchStreamClosed) {
+					return nil
+				}
+				refuse(err.Error())
+			}
+		case req.GetCancelRequest() != nil:
+			_ = ws.Cancel(mvcc.WatchID(req.GetCancelRequest().WatchId))
+		case req.GetProgressRequest() != nil:
+			ws.RequestProgress()
+		}
+	}
+}

@@ -1,0 +1,406 @@
+package wal
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-db/strata/vfs"
+)
+
+// marshalOpts marshals deterministically, so equal messages encode equally.
+var marshalOpts = proto.MarshalOptions{Deterministic: true}
+
+// batch is what accumulates between two writes of the syncer: the encoded
+// records of every unit enqueued meanwhile, where segments must be cut,
+// and who is waiting.
+type batch struct {
+	// num is written into every record of the batch. It only advances past
+	// a batch that was fdatasync'd, so records numbered n+1 are always
+	// written after every record numbered n is durable (see scanSegment).
+	num      uint64
+	buf      []byte
+	cuts     []cutPoint // ascending by off
+	waiters  []*Future  // in enqueue order
+	needSync bool
+}
+
+// cutPoint says: after writing buf[:off], move to a new segment.
+type cutPoint struct {
+	off        int
+	seq        uint64
+	firstIndex uint64
+	head       []byte // the new segment's header and state records
+}
+
+func (b *batch) reset(num uint64) {
+	b.num = num
+	b.buf = b.buf[:0]
+	b.cuts = b.cuts[:0]
+	clear(b.waiters)
+	b.waiters = b.waiters[:0]
+	b.needSync = false
+}
+
+// Future is the outcome of an asynchronous append.
+type Future struct {
+	w    *WAL // nil for futures completed at creation
+	done chan struct{}
+	err  error
+}
+
+func doneFuture(err error) *Future {
+	f := &Future{done: make(chan struct{}), err: err}
+	close(f.done)
+	return f
+}
+
+// Wait blocks until the append is written (and, if it needed a sync,
+// durable) or has failed. If no batch is in flight when it is called, the
+// caller writes the queued batch itself rather than waking the syncer, so
+// a lone writer pays no goroutine handoff.
+func (f *Future) Wait() error {
+	select {
+	case <-f.done:
+		return f.err
+	default:
+	}
+	if f.w != nil {
+		f.w.mu.Lock()
+		f.w.runInline()
+	}
+	<-f.done
+	return f.err
+}
+
+// SaveAsync, SaveSnapshot and Sync only enqueue; the batch starts when a
+// waiter calls Wait with the log idle, when the batch in flight finishes
+// (its owner wakes the syncer), or at Close. So a write always starts no
+// later than its own Wait.
+
+// Done is closed when Wait would return.
+func (f *Future) Done() <-chan struct{} { return f.done }
+
+// Save appends the entries and hard state of one raft Ready as a unit and
+// returns once they are durable, or, when raft.MustSync says no sync is
+// needed, once they are written.
+func (w *WAL) Save(st *raftpb.HardState, ents []*raftpb.Entry) error {
+	return w.SaveAsync(st, ents).Wait()
+}
+
+// SaveAsync enqueues what Save would write and returns at once. Units are
+// written in the order of the calls. The write starts no later than the
+// future's Wait, which must be called before acknowledging anything.
+func (w *WAL) SaveAsync(st *raftpb.HardState, ents []*raftpb.Entry) *Future {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.enqueueSave(st, ents)
+}
+
+// enqueueSave encodes a Save's unit into the queue. Called with mu held.
+func (w *WAL) enqueueSave(st *raftpb.HardState, ents []*raftpb.Entry) *Future {
+	if err := w.checkOpen(); err != nil {
+		return doneFuture(err)
+	}
+	stEmpty := raft.IsEmptyHardState(st)
+	if stEmpty && len(ents) == 0 {
+		return doneFuture(nil)
+	}
+	mustSync := raft.MustSync(st, w.state, len(ents))
+	b := w.queue
+	start := len(b.buf)
+	for i, e := range ents {
+		data, err := marshalOpts.MarshalAppend(w.scratch[:0], e)
+		if err != nil {
+			b.buf = b.buf[:start]
+			return doneFuture(fmt.Errorf("wal: marshal entry %d: %w", e.GetIndex(), err))
+		}
+		w.scratch = data
+		if len(data) > MaxRecordSize {
+			b.buf = b.buf[:start]
+			return doneFuture(fmt.Errorf("%w: entry %d is %d bytes", ErrTooLarge, e.GetIndex(), len(data)))
+		}
+		b.buf = appendRecord(b.buf, TypeEntry, b.num, data, w.opts.CompressThreshold, stEmpty && i == len(ents)-1)
+	}
+	firstIndex := w.lastIndex + 1
+	if len(ents) > 0 {
+		firstIndex = ents[0].GetIndex()
+	}
+	prevState := w.state
+	if !stEmpty {
+		data, _ := marshalOpts.Marshal(st)
+		b.buf = appendRecord(b.buf, TypeState, b.num, data, -1, true)
+		w.state = proto.Clone(st).(*raftpb.HardState)
+	}
+	w.placeUnit(b, start, firstIndex, prevState)
+	if len(ents) > 0 {
+		w.lastIndex = ents[len(ents)-1].GetIndex()
+	}
+	return w.enqueued(b, mustSync)
+}
+
+// SaveSnapshot appends a snapshot marker and returns once it is durable.
+// The raft layer calls it after the state machine has captured the
+// snapshot, so that Open can start reading at it.
+func (w *WAL) SaveSnapshot(s Snapshot) error {
+	w.mu.Lock()
+	if err := w.checkOpen(); err != nil {
+		w.mu.Unlock()
+		return err
+	}
+	b := w.queue
+	start := len(b.buf)
+	b.buf = appendRecord(b.buf, TypeSnapshot, b.num, encodeSnapshot(s), -1, true)
+	w.placeUnit(b, start, w.lastIndex+1, w.state)
+	if s.Index > w.lastIndex {
+		w.lastIndex = s.Index
+	}
+	f := w.enqueued(b, true)
+	w.mu.Unlock()
+	return f.Wait()
+}
+
+// Sync makes everything enqueued so far durable.
+func (w *WAL) Sync() error {
+	w.mu.Lock()
+	if err := w.checkOpen(); err != nil {
+		w.mu.Unlock()
+		return err
+	}
+	f := w.enqueued(w.queue, true)
+	w.mu.Unlock()
+	return f.Wait()
+}
+
+func (w *WAL) checkOpen() error {
+	if w.err != nil {
+		return fmt.Errorf("%w: %w", ErrFailed, w.err)
+	}
+	if w.closing {
+		return ErrClosed
+	}
+	return nil
+}
+
+// placeUnit decides, for the unit just encoded at b.buf[start:], whether
+// the newest segment has room for it; if not, a cut goes in front of it.
+// A unit is never split across segments. Called with mu held.
+func (w *WAL) placeUnit(b *batch, start int, firstIndex uint64, stateBefore *raftpb.HardState) {
+	size := int64(len(b.buf) - start)
+	if w.segTail+size > w.opts.SegmentSize && w.segHasUnits {
+		saved := w.state
+		w.state = stateBefore
+		head := w.segmentHead(w.nextSeq, firstIndex, b.num)
+		w.state = saved
+		b.cuts = append(b.cuts, cutPoint{off: start, seq: w.nextSeq, firstIndex: firstIndex, head: head})
+		w.nextSeq++
+		w.segTail = int64(len(head))
+	}
+	w.segTail += size
+	w.segHasUnits = true
+}
+
+// enqueued registers a waiter for batch b and wakes the syncer. Called
+// with mu held.
+func (w *WAL) enqueued(b *batch, sync bool) *Future {
+	f := &Future{w: w, done: make(chan struct{})}
+	b.waiters = append(b.waiters, f)
+	b.needSync = b.needSync || sync
+	return f
+}
+
+func (w *WAL) startSyncer() {
+	w.syncerDone = make(chan struct{})
+	go w.syncLoop()
+}
+
+// syncLoop is the syncer: it takes whatever has been enqueued, writes it
+// with one write call per segment touched, issues one fdatasync if any
+// waiter needs durability, and releases the waiters in order. It never
+// waits for more work once some is queued, so a lone writer's append is
+// written at once; batches grow only while a previous write or sync is in
+// flight. At most one fdatasync is in flight because a batch is run only
+// by whoever set busy: this goroutine, or a waiter that found the log idle
+// (see Future.Wait).
+func (w *WAL) syncLoop() {
+	defer close(w.syncerDone)
+	for {
+		w.mu.Lock()
+		for len(w.queue.waiters) == 0 || w.busy {
+			if w.closing && len(w.queue.waiters) == 0 && !w.busy {
+				w.mu.Unlock()
+				return
+			}
+			w.cond.Wait()
+		}
+		if w.prevWaiters > 1 {
+			w.gather(w.prevWaiters, w.lastBatchTime)
+		}
+		b := w.takeBatch()
+		w.mu.Unlock()
+		w.runBatch(b)
+	}
+}
+
+// runInline runs the queued batch in the calling goroutine when no batch
+// is in flight (see Future.Wait). Called with mu held; returns with it
+// released.
+func (w *WAL) runInline() {
+	if w.busy || len(w.queue.waiters) == 0 {
+		// The owner of the batch in flight wakes the syncer when done.
+		w.mu.Unlock()
+		return
+	}
+	if w.prevWaiters > 1 {
+		// Under load: let the syncer gather the returning writers.
+		w.cond.Signal()
+		w.mu.Unlock()
+		return
+	}
+	b := w.takeBatch()
+	w.mu.Unlock()
+	w.runBatch(b)
+}
+
+// takeBatch swaps the queue for an empty batch and marks the log busy.
+// Called with mu held and busy false.
+func (w *WAL) takeBatch() *batch {
+	b := w.queue
+	next := w.spare
+	if next == nil {
+		next = &batch{}
+	}
+	w.spare = nil
+	num := b.num
+	if b.needSync {
+		num++
+	}
+	next.reset(num)
+	w.queue = next
+	w.busy = true
+	return b
+}
+
+// runBatch writes b, releases its waiters in order, and clears busy,
+// waking the syncer if more work queued meanwhile. Called without mu by
+// whoever took b.
+func (w *WAL) runBatch(b *batch) {
+	w.mu.Lock()
+	err := w.err
+	w.mu.Unlock()
+	start := time.Now()
+	if err == nil {
+		err = w.writeBatch(b)
+	}
+	elapsed := time.Since(start)
+	if err != nil {
+		w.mu.Lock()
+		if w.err == nil {
+			w.err = err
+			w.log.Error("WAL write failed; appends are refused until the WAL is reopened",
+				"file", w.curPath, "error", err)
+		}
+		w.mu.Unlock()
+		err = fmt.Errorf("%w: %w", ErrFailed, err)
+	}
+	for _, f := range b.waiters {
+		f.err = err
+		close(f.done)
+	}
+	w.statBatches.Add(1)
+	w.statUnits.Add(uint64(len(b.waiters)))
+	w.mu.Lock()
+	w.prevWaiters, w.lastBatchTime = len(b.waiters), elapsed
+	w.spare = b
+	w.busy = false
+	if len(w.queue.waiters) > 0 || w.closing {
+		w.cond.Signal()
+	}
+	w.mu.Unlock()
+}
+
+// gather runs only under load, when the previous batch released more
+// than one waiter: those writers are about to append again, and taking the
+// queue before they do would halve every later batch (half the writers in
+// the sync in flight, half queued behind it). It yields until as many
+// waiters as last time are queued, for at most a quarter of the last
+// write-and-sync time, so a batch costs at most 25% more latency to double
+// in size. A lone writer never gets here. Called with mu held.
+func (w *WAL) gather(want int, lastSync time.Duration) {
+	deadline := time.Now().Add(lastSync / 4)
+	for len(w.queue.waiters) < want && !w.closing && time.Now().Before(deadline) {
+		w.mu.Unlock()
+		runtime.Gosched()
+		w.mu.Lock()
+	}
+}
+
+// writeBatch writes b's records, cutting segments where placeUnit said,
+// then fdatasyncs if any waiter needs it.
+func (w *WAL) writeBatch(b *batch) error {
+	pos := 0
+	for _, c := range b.cuts {
+		if err := w.write(b.buf[pos:c.off]); err != nil {
+			return err
+		}
+		pos = c.off
+		// Everything in the finished segment is durable before the next
+		// segment exists: recovery relies on only the last segment ever
+		// having a torn tail.
+		if err := w.timedSync(w.cur); err != nil {
+			return err
+		}
+		if err := w.installSegment(c.seq, c.firstIndex, c.head); err != nil {
+			return err
+		}
+	}
+	if err := w.write(b.buf[pos:]); err != nil {
+		return err
+	}
+	if b.needSync {
+		return w.timedSync(w.cur)
+	}
+	return nil
+}
+
+func (w *WAL) write(p []byte) error {
+	if len(p) == 0 {
+		return nil
+	}
+	start := time.Now()
+	n, err := w.cur.WriteAt(p, w.curOff)
+	w.curOff += int64(n)
+	w.statBytes.Add(uint64(n))
+	w.opts.Metrics.observeWrite(time.Since(start), n)
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		return fmt.Errorf("wal: write %s at offset %d: %w", w.curPath, w.curOff, err)
+	}
+	return nil
+}
+
+// slowFsync is etcd's threshold for warning about a slow WAL sync.
+const slowFsync = time.Second
+
+func (w *WAL) timedSync(f vfs.File) error {
+	start := time.Now()
+	err := f.Sync()
+	d := time.Since(start)
+	w.statSyncs.Add(1)
+	w.opts.Metrics.observeFsync(d)
+	if err != nil {
+		return fmt.Errorf("wal: fdatasync %s: %w", f.Name(), err)
+	}
+	if d > slowFsync {
+		w.log.Warn("slow fdatasync", "took", d, "expected-duration", slowFsync, "file", f.Name())
+	}
+	return nil
+}

@@ -1,0 +1,371 @@
+package wal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-db/strata/vfs"
+)
+
+// Snapshot identifies a raft snapshot recorded in the WAL by a marker.
+type Snapshot struct {
+	Index uint64
+	Term  uint64
+	// ConfState is the membership at Index. Nil writes an empty one.
+	ConfState *raftpb.ConfState
+}
+
+// WAL is an open write-ahead log, ready for appends.
+//
+// Appends (Save, SaveAsync, SaveSnapshot) may be called from any number of
+// goroutines; records are written in the order their calls took the
+// enqueue lock. One goroutine, the syncer, does all writes and fdatasyncs.
+type WAL struct {
+	dir      string
+	opts     Options
+	fs       vfs.FS
+	log      *slog.Logger
+	lock     io.Closer
+	metadata []byte
+
+	// recovered is what Open read, handed out once by ReadAll.
+	recovered *recovered
+
+	// mu guards the enqueue side: the fields from here to segTail. Callers
+	// encode their records into queue under mu; the syncer swaps queue
+	// for an empty batch under mu and then writes without holding it, so
+	// appenders never wait for I/O to enqueue.
+	mu      sync.Mutex
+	cond    *sync.Cond // signalled when queue gains a waiter or on close
+	queue   *batch     // records not yet taken by the syncer
+	spare   *batch     // the last written batch, kept to reuse its buffer
+	err     error      // sticky: set once by a failed write or sync
+	closing bool
+	// busy is set while a batch is being written and synced, by the
+	// syncer or an inline caller; whoever sets it owns cur, curPath and
+	// curOff until clearing it.
+	busy          bool
+	prevWaiters   int               // waiters released by the last batch
+	lastBatchTime time.Duration     // write-and-sync time of the last batch
+	state         *raftpb.HardState // last hard state enqueued; never nil, never mutated
+	// lastIndex is the index of the last entry enqueued, or of the
+	// snapshot the log was opened at if none since.
+	lastIndex uint64
+	nextSeq   uint64 // sequence number of the next segment to cut
+	// segTail is where the newest segment will end once every enqueued
+	// byte is written; cut decisions are made against it at enqueue time.
+	segTail int64
+	// segHasUnits is false while the newest segment holds only its head,
+	// which is never cut.
+	segHasUnits bool
+	scratch     []byte // marshal buffer for entries
+
+	// Owned by whoever holds busy (by Open before the syncer starts).
+	cur     vfs.File
+	curPath string
+	curOff  int64 // bytes of cur that hold records
+
+	// segMu guards segs. The syncer appends on cut; Purge removes.
+	segMu sync.Mutex
+	segs  []segmentInfo
+
+	pre        *preallocator
+	syncerDone chan struct{}
+
+	// Counters for Stats, updated by the syncer.
+	statSyncs   atomic.Uint64
+	statBatches atomic.Uint64
+	statUnits   atomic.Uint64
+	statBytes   atomic.Uint64
+}
+
+// Stats are cumulative counters since Open or Create.
+type Stats struct {
+	Syncs   uint64 // fdatasync calls on segments
+	Batches uint64 // group-commit batches written
+	Units   uint64 // appends (Save, SaveSnapshot, Sync calls) completed
+	Bytes   uint64 // record bytes written
+}
+
+// Stats returns the WAL's counters.
+func (w *WAL) Stats() Stats {
+	return Stats{Syncs: w.statSyncs.Load(), Batches: w.statBatches.Load(), Units: w.statUnits.Load(), Bytes: w.statBytes.Load()}
+}
+
+type recovered struct {
+	metadata []byte
+	state    *raftpb.HardState
+	ents     []*raftpb.Entry
+}
+
+// Exist reports whether dir holds WAL segments.
+func Exist(fs vfs.FS, dir string) bool {
+	if fs == nil {
+		fs = vfs.Default
+	}
+	segs, err := listSegments(fs, dir)
+	return err == nil && len(segs) > 0
+}
+
+const lockName = "LOCK"
+
+// Create makes a new WAL in dir (created with mode 0700 if missing), with
+// metadata stored in every segment header, and returns it open for
+// appends.
+func Create(dir string, metadata []byte, opts *Options) (*WAL, error) {
+	o := opts.withDefaults()
+	if err := o.FS.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("wal: create %s: %w", dir, err)
+	}
+	if Exist(o.FS, dir) {
+		return nil, fmt.Errorf("%w: %s", ErrExist, dir)
+	}
+	lock, err := o.FS.Lock(filepath.Join(dir, lockName))
+	if err != nil {
+		return nil, fmt.Errorf("wal: lock %s: %w", dir, err)
+	}
+	w := newWAL(dir, o, lock, metadata)
+	ok := false
+	defer func() {
+		if !ok {
+			w.abort()
+		}
+	}()
+	if err := removeTempFiles(o.FS, dir); err != nil {
+		return nil, err
+	}
+	w.pre = startPreallocator(o.FS, dir, o.SegmentSize, !o.NoZeroFill)
+	head := w.segmentHead(0, 0, 0)
+	if err := w.installSegment(0, 0, head); err != nil {
+		return nil, err
+	}
+	// The directory entry of dir itself must survive a crash too.
+	if err := o.FS.SyncDir(filepath.Dir(filepath.Clean(dir))); err != nil {
+		return nil, err
+	}
+	w.nextSeq, w.segTail = 1, int64(len(head))
+	w.startSyncer()
+	ok = true
+	w.log.Info("created WAL", "dir", dir, "segment-size", o.SegmentSize)
+	return w, nil
+}
+
+func newWAL(dir string, o Options, lock io.Closer, metadata []byte) *WAL {
+	w := &WAL{
+		dir: dir, opts: o, fs: o.FS, log: o.Logger, lock: lock,
+		metadata: append([]byte(nil), metadata...),
+		queue:    &batch{num: 1},
+		state:    &raftpb.HardState{},
+	}
+	w.cond = sync.NewCond(&w.mu)
+	return w
+}
+
+// segmentHead encodes the records that open a segment: its header and the
+// current hard state, so reading can start at any segment.
+func (w *WAL) segmentHead(seq, firstIndex, batchNum uint64) []byte {
+	h := segmentHeader{seq: seq, firstIndex: firstIndex, metadata: w.metadata}
+	b := appendRecord(nil, typeSegment, batchNum, h.marshal(), -1, true)
+	if !raft.IsEmptyHardState(w.state) {
+		st, _ := marshalOpts.Marshal(w.state) // HardState marshaling cannot fail
+		b = appendRecord(b, TypeState, batchNum, st, -1, true)
+	}
+	return b
+}
+
+// installSegment takes a prepared file, writes head into it, makes it
+// durable, and renames it into place as segment seq. Order: data, then
+// fdatasync, then rename, then directory fsync, so a segment name never
+// points at a file without its header.
+func (w *WAL) installSegment(seq, firstIndex uint64, head []byte) error {
+	f, err := w.pre.take()
+	if err != nil {
+		return fmt.Errorf("wal: prepare segment: %w", err)
+	}
+	tmp := f.Name()
+	if _, err := f.WriteAt(head, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("wal: write segment header: %w", err)
+	}
+	if err := w.timedSync(f); err != nil {
+		f.Close()
+		return err
+	}
+	path := filepath.Join(w.dir, segmentName(seq, firstIndex))
+	if err := w.fs.Rename(tmp, path); err != nil {
+		f.Close()
+		return fmt.Errorf("wal: install segment: %w", err)
+	}
+	if err := w.fs.SyncDir(w.dir); err != nil {
+		f.Close()
+		return err
+	}
+	// Reopen under the final name, so the file's name (in errors, logs and
+	// fault-injection events) is the segment's.
+	f.Close()
+	if f, err = w.fs.OpenFile(path, os.O_RDWR, 0); err != nil {
+		return fmt.Errorf("wal: open new segment: %w", err)
+	}
+	if w.cur != nil {
+		w.cur.Close()
+	}
+	w.cur, w.curPath, w.curOff = f, path, int64(len(head))
+	w.segMu.Lock()
+	w.segs = append(w.segs, segmentInfo{seq: seq, firstIndex: firstIndex, path: path})
+	w.segMu.Unlock()
+	return nil
+}
+
+// Open opens the WAL in dir for appends after reading it from the segment
+// that holds snap onward. A torn tail in the last segment is truncated and
+// logged; corruption anywhere else fails with ErrCorrupt. Call ReadAll to
+// get what was read.
+func Open(dir string, snap Snapshot, opts *Options) (*WAL, error) {
+	o := opts.withDefaults()
+	lock, err := o.FS.Lock(filepath.Join(dir, lockName))
+	if err != nil {
+		return nil, fmt.Errorf("wal: lock %s: %w", dir, err)
+	}
+	w := newWAL(dir, o, lock, nil)
+	ok := false
+	defer func() {
+		if !ok {
+			w.abort()
+		}
+	}()
+	if err := removeTempFiles(o.FS, dir); err != nil {
+		return nil, err
+	}
+	r, err := readLog(o.FS, dir, snap)
+	if err != nil {
+		return nil, err
+	}
+	last := r.segs[len(r.segs)-1]
+	f, err := o.FS.OpenFile(last.path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	w.cur, w.curPath, w.curOff = f, last.path, r.tail
+	if r.torn != nil {
+		w.log.Warn("truncating torn WAL tail", "file", last.path, "offset", r.torn.offset,
+			"reason", r.torn.reason, "entries-recovered", len(r.ents))
+		if err := f.Truncate(r.tail); err != nil {
+			return nil, fmt.Errorf("wal: truncate torn tail of %s: %w", last.path, err)
+		}
+	}
+	// What was read may so far live only in the page cache (the previous
+	// process died, the machine did not); make it durable before raft is
+	// told it is persisted.
+	if err := w.timedSync(f); err != nil {
+		return nil, err
+	}
+	w.metadata = r.metadata
+	w.recovered = &recovered{metadata: r.metadata, state: r.state, ents: r.ents}
+	w.state = r.state
+	w.lastIndex = snap.Index
+	if n := len(r.ents); n > 0 {
+		w.lastIndex = r.ents[n-1].GetIndex()
+	}
+	w.queue.num = r.lastBatch + 1
+	w.nextSeq = last.seq + 1
+	w.segTail = r.tail
+	w.segHasUnits = true
+	w.segs = r.allSegs
+	w.pre = startPreallocator(o.FS, dir, o.SegmentSize, !o.NoZeroFill)
+	w.startSyncer()
+	ok = true
+	return w, nil
+}
+
+// ReadAll returns what Open read: the metadata, the latest hard state and
+// the entries after the snapshot. It returns the data once; later calls
+// return an error.
+func (w *WAL) ReadAll() (metadata []byte, st *raftpb.HardState, ents []*raftpb.Entry, err error) {
+	r := w.recovered
+	if r == nil {
+		return nil, st, nil, errors.New("wal: ReadAll called twice or after Create")
+	}
+	w.recovered = nil
+	return r.metadata, r.state, r.ents, nil
+}
+
+// Dir returns the WAL's directory.
+func (w *WAL) Dir() string { return w.dir }
+
+// Close waits for queued appends, syncs, and releases the directory lock.
+func (w *WAL) Close() error {
+	w.mu.Lock()
+	if w.closing {
+		w.mu.Unlock()
+		return nil
+	}
+	w.closing = true
+	w.cond.Broadcast()
+	w.mu.Unlock()
+	<-w.syncerDone
+
+	w.mu.Lock()
+	failed := w.err
+	w.mu.Unlock()
+	var err error
+	if w.cur != nil && failed == nil {
+		err = w.timedSync(w.cur)
+	}
+	w.abort()
+	return err
+}
+
+// abort releases resources without flushing.
+func (w *WAL) abort() {
+	if w.pre != nil {
+		w.pre.close()
+		w.pre = nil
+	}
+	if w.cur != nil {
+		w.cur.Close()
+		w.cur = nil
+	}
+	if w.lock != nil {
+		w.lock.Close()
+		w.lock = nil
+	}
+}
+
+// encodeSnapshot encodes a snapshot marker payload (wire format): term u64,
+// index u64, marshaled ConfState.
+func encodeSnapshot(s Snapshot) []byte {
+	cs := s.ConfState
+	if cs == nil {
+		cs = &raftpb.ConfState{}
+	}
+	csb, _ := marshalOpts.Marshal(cs)
+	b := make([]byte, 16+len(csb))
+	binary.LittleEndian.PutUint64(b[0:], s.Term)
+	binary.LittleEndian.PutUint64(b[8:], s.Index)
+	copy(b[16:], csb)
+	return b
+}
+
+func decodeSnapshot(b []byte) (Snapshot, error) {
+	if len(b) < 16 {
+		return Snapshot{}, errors.New("snapshot marker shorter than 16 bytes")
+	}
+	s := Snapshot{Term: binary.LittleEndian.Uint64(b[0:]), Index: binary.LittleEndian.Uint64(b[8:])}
+	s.ConfState = &raftpb.ConfState{}
+	if err := proto.Unmarshal(b[16:], s.ConfState); err != nil {
+		return Snapshot{}, fmt.Errorf("snapshot marker conf state: %v", err)
+	}
+	return s, nil
+}
