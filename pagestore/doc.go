@@ -42,7 +42,7 @@
 //	18 reserved  u16
 //	20 count     u32  number of elements / extents
 //	24 overflow  u32  extra pages that follow contiguously (large values)
-//	28 owner     u32  bucket id for tree pages (used by online defrag)
+//	28 owner     u32  bucket id for tree pages (verified by Tx.Check)
 //
 // Leaf elements (16 bytes each, after the header; key and value bytes are
 // packed after the element array): flags u32 (1 = bucket header), pos u32
