@@ -15,7 +15,7 @@ func revKey(i uint64) []byte {
 
 func TestBasicPutGetReopen(t *testing.T) {
 	path := tmpDB(t)
-	db := openT(t, path, &Options{NoSync: true})
+	db := openT(t, path, &Options{NoSync: true, Preallocate: true})
 	const n = 5000
 	for batch := 0; batch < n; batch += 500 {
 		err := db.Update(func(tx *Tx) error {

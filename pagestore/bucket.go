@@ -3,6 +3,7 @@ package pagestore
 import (
 	"bytes"
 	"fmt"
+	"sort"
 )
 
 // Bucket is a named B+tree of keys, valid for the life of its transaction.
@@ -34,16 +35,56 @@ func (b *Bucket) Get(key []byte) ([]byte, error) {
 }
 
 func (b *Bucket) get(key []byte) ([]byte, uint32, error) {
-	var stack [8]elemRef
-	c := Cursor{b: b, stack: stack[:0]}
-	if err := c.search(key); err != nil {
-		return nil, 0, err
-	}
-	k, v, flags := c.current()
-	if k == nil || !bytes.Equal(k, key) {
+	// A plain descent, without a Cursor, so nothing escapes to the heap.
+	id := b.root
+	if id == 0 && b.rootNode == nil {
 		return nil, 0, nil
 	}
-	return v, flags, nil
+	for depth := 0; depth < 64; depth++ {
+		p, n, err := b.pageNode(id)
+		if err != nil {
+			return nil, 0, err
+		}
+		if n != nil {
+			i := sort.Search(len(n.inodes), func(i int) bool { return bytes.Compare(n.inodes[i].key, key) >= 0 })
+			if n.leaf {
+				if i < len(n.inodes) && bytes.Equal(n.inodes[i].key, key) {
+					return n.inodes[i].value, n.inodes[i].flags, nil
+				}
+				return nil, 0, nil
+			}
+			if i == len(n.inodes) || !bytes.Equal(n.inodes[i].key, key) {
+				i--
+			}
+			if i < 0 {
+				i = 0
+			}
+			if len(n.inodes) == 0 {
+				return nil, 0, corruptf(b.tx.db.path, "empty branch node in bucket %q", b.name)
+			}
+			id = n.inodes[i].child
+			continue
+		}
+		cnt := pgCount(p)
+		if pgFlags(p) == flagLeaf {
+			i := searchPage(p, cnt, key, 8, 0)
+			if i < cnt {
+				if f, k, v := leafElem(p, i); bytes.Equal(k, key) {
+					return v, f, nil
+				}
+			}
+			return nil, 0, nil
+		}
+		if cnt == 0 {
+			return nil, 0, corruptf(b.tx.db.path, "page %d: empty branch page in bucket %q", id, b.name)
+		}
+		i := searchPage(p, cnt, key, 4, 1)
+		if i > 0 {
+			i--
+		}
+		_, id = branchElem(p, i)
+	}
+	return nil, 0, corruptf(b.tx.db.path, "bucket %q: tree deeper than 64 levels", b.name)
 }
 
 // Put stores value under key, copying both.
@@ -59,7 +100,11 @@ func (b *Bucket) Put(key, value []byte) error {
 	case int64(len(value)) > MaxValueSize:
 		return ErrValueTooLarge
 	}
-	if err := b.put(append([]byte(nil), key...), append(make([]byte, 0, len(value)), value...), 0); err != nil {
+	// One allocation for both copies.
+	buf := make([]byte, len(key)+len(value))
+	copy(buf, key)
+	copy(buf[len(key):], value)
+	if err := b.put(buf[:len(key):len(key)], buf[len(key):], 0); err != nil {
 		return err
 	}
 	b.tx.grew = true
@@ -67,17 +112,34 @@ func (b *Bucket) Put(key, value []byte) error {
 }
 
 func (b *Bucket) put(key, value []byte, flags uint32) error {
-	var stack [8]elemRef
-	c := Cursor{b: b, stack: stack[:0]}
-	if err := c.search(key); err != nil {
-		return err
-	}
-	n, err := c.node()
+	n, err := b.leafFor(key)
 	if err != nil {
 		return err
 	}
 	n.put(key, key, value, 0, flags)
 	return nil
+}
+
+// leafFor materialises the path from the root to the leaf where key
+// belongs and returns that leaf.
+func (b *Bucket) leafFor(key []byte) (*node, error) {
+	n, err := b.materializeRoot()
+	if err != nil {
+		return nil, err
+	}
+	for depth := 0; !n.leaf; depth++ {
+		if len(n.inodes) == 0 || depth > 64 {
+			return nil, corruptf(b.tx.db.path, "bucket %q: malformed tree at page %d", b.name, n.pgid)
+		}
+		i := sort.Search(len(n.inodes), func(i int) bool { return bytes.Compare(n.inodes[i].key, key) > 0 })
+		if i > 0 {
+			i--
+		}
+		if n, err = b.childNode(n, i); err != nil {
+			return nil, err
+		}
+	}
+	return n, nil
 }
 
 // Delete removes key; deleting a missing key is not an error.
@@ -92,15 +154,11 @@ func (b *Bucket) Delete(key []byte) error {
 }
 
 func (b *Bucket) del(key []byte) error {
-	var stack [8]elemRef
-	c := Cursor{b: b, stack: stack[:0]}
-	if err := c.search(key); err != nil {
+	// Look first, so that deleting a missing key copies nothing.
+	if v, _, err := b.get(key); err != nil || v == nil {
 		return err
 	}
-	if k, _, _ := c.current(); k == nil || !bytes.Equal(k, key) {
-		return nil
-	}
-	n, err := c.node()
+	n, err := b.leafFor(key)
 	if err != nil {
 		return err
 	}

@@ -189,6 +189,12 @@ func (db *DB) writeDirty(pages []dirtyPage, hwm pgid) error {
 	ps := int64(db.pageSize)
 	need := int64(hwm) * ps
 	db.sizeMu.Lock()
+	for need > db.zeroed && db.zeroBusy {
+		db.sizeCond.Wait() // the preallocator is writing zeros where our pages go
+	}
+	// Claim [zeroed, need) before writing, so the preallocator's next
+	// chunk starts above our pages and can never overwrite them.
+	db.zeroed = max(db.zeroed, need)
 	db.reserved = need
 	if need > db.fileSize {
 		grow := min(max(need/16, 16*ps), 64<<20)
@@ -229,6 +235,9 @@ func (db *DB) writeDirty(pages []dirtyPage, hwm pgid) error {
 		db.st.pageWrites.Add(1)
 		i = j
 	}
+	db.sizeMu.Lock()
+	db.kickPrealloc(need)
+	db.sizeMu.Unlock()
 	return nil
 }
 
@@ -289,8 +298,11 @@ func (db *DB) writeMeta(m *meta) error {
 func (db *DB) shrinkFile(size int64) {
 	db.sizeMu.Lock()
 	defer db.sizeMu.Unlock()
+	for db.zeroBusy {
+		db.sizeCond.Wait()
+	}
 	size = max(size, db.reserved)
-	if db.file == nil || size >= db.fileSize {
+	if db.file == nil || db.copiers > 0 || size >= db.fileSize {
 		return
 	}
 	if err := db.file.Truncate(size); err != nil {
@@ -298,6 +310,7 @@ func (db *DB) shrinkFile(size int64) {
 		return
 	}
 	db.fileSize = size
+	db.zeroed = min(db.zeroed, size)
 	db.st.fileSize.Store(size)
 	// No sync: if the shorter size is lost in a crash the file is just
 	// longer than hwm again, which Open accepts.

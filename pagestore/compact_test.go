@@ -69,11 +69,11 @@ func TestCompactAndWriteTo(t *testing.T) {
 	if err := Compact(dst, src, nil); err == nil {
 		t.Fatal("Compact over an existing dst succeeded")
 	}
+	ss, ds := fileSize(t, src), fileSize(t, dst) // before Open preallocates
 	ddb := openT(t, dst, nil)
 	defer ddb.Close()
 	sameContents(t, dump(t, ddb), want)
 	checkDB(t, ddb)
-	ss, ds := fileSize(t, src), fileSize(t, dst)
 	st := ddb.Stats()
 	t.Logf("compact: %d -> %d bytes (in use %d, free pages %d)", ss, ds, st.InUseBytes, st.FreePages)
 	if ds >= ss || float64(ds) > 1.1*float64(st.InUseBytes) {

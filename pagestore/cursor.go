@@ -140,6 +140,13 @@ func (c *Cursor) Next() (key, value []byte) {
 	if c.err != nil || len(c.stack) == 0 {
 		return nil, nil
 	}
+	// Fast path: the next element is in the same leaf page. (The top of
+	// the stack is always a leaf once the cursor is positioned.)
+	if r := &c.stack[len(c.stack)-1]; r.n == nil && r.idx+1 < pgCount(r.p) && pgFlags(r.p) == flagLeaf {
+		r.idx++
+		_, k, v := leafElem(r.p, r.idx)
+		return k, v
+	}
 	for {
 		i := len(c.stack) - 1
 		for ; i >= 0; i-- {

@@ -49,6 +49,13 @@ type DB struct {
 	sizeMu   sync.Mutex
 	fileSize int64         // guarded by sizeMu
 	reserved int64         // guarded by sizeMu: bytes the latest commit's pages need
+	zeroed   int64         // guarded by sizeMu: see prealloc.go
+	zeroBusy bool          // guarded by sizeMu: see prealloc.go
+	copiers  int           // guarded by sizeMu: running WriteTo calls; no shrinking meanwhile
+	sizeCond *sync.Cond    // on sizeMu: signalled when a zeroing pass ends
+	zeroCh   chan struct{} // wakes the preallocator; nil when disabled
+	zeroDone chan struct{} // closed when the preallocator exits
+	zeroStop atomic.Bool   // asks the preallocator to stop at once
 	metaBuf  [2][]byte     // guarded by writeMu: bytes last written to each meta slot
 	failed   error         // guarded by writeMu: set when the disk state is unknown
 	scratch  []byte        // guarded by writeMu: buffer for coalesced writes
@@ -69,6 +76,7 @@ func Open(path string, opts *Options) (*DB, error) {
 	o := opts.withDefaults()
 	db := &DB{path: path, opts: o, fs: o.FS, log: o.Logger, readers: map[uint64]int{}}
 	db.readersDone = sync.NewCond(&db.readersMu)
+	db.sizeCond = sync.NewCond(&db.sizeMu)
 	lk, err := o.FS.Lock(path)
 	if err != nil {
 		if errors.Is(err, vfs.ErrLocked) {
@@ -80,6 +88,14 @@ func Open(path string, opts *Options) (*DB, error) {
 	if err := db.open(); err != nil {
 		db.closeFiles()
 		return nil, err
+	}
+	if o.Preallocate {
+		db.zeroCh = make(chan struct{}, 1)
+		db.zeroDone = make(chan struct{})
+		go db.preallocLoop()
+		db.sizeMu.Lock()
+		db.kickPrealloc(db.reserved)
+		db.sizeMu.Unlock()
 	}
 	return db, nil
 }
@@ -127,13 +143,14 @@ func (db *DB) open() error {
 		return fmt.Errorf("pagestore: mmap %s (%d bytes): %w", db.path, db.opts.MaxMapSize, err)
 	}
 	db.data = data
-	_ = unix.Madvise(data, unix.MADV_RANDOM)
 	db.verified = make([]atomic.Uint64, (db.opts.MaxMapSize/int64(db.pageSize)+63)/64)
 	fl, err := loadFreelist(db.path, m, db.pageSize, func(id pgid) ([]byte, error) { return db.page(id, m.hwm) })
 	if err != nil {
 		return err
 	}
 	db.fl = fl
+	db.reserved = int64(m.hwm) * int64(db.pageSize)
+	db.zeroed = db.reserved
 	db.meta.Store(m)
 	db.st.txid.Store(m.txid)
 	db.publishSpace(m.hwm)
@@ -308,6 +325,7 @@ func (db *DB) Close() error {
 	}
 	db.writeMu.Lock()
 	defer db.writeMu.Unlock()
+	db.stopPrealloc()
 	db.readersMu.Lock()
 	db.closing = true
 	for len(db.readers) > 0 {

@@ -192,7 +192,7 @@ func (tx *Tx) defragCandidates(target pgid, limit int) ([]defragMove, bool, erro
 		if b.root >= target {
 			moves = append(moves, defragMove{dir: dir, bucket: b.name, id: b.root})
 		}
-		return tx.walkBranches(b.root, target, add)
+		return tx.walkBranches(b.root, target, add, 0)
 	}
 	if err := walk(tx.root, true); err != nil {
 		return nil, false, err
@@ -210,7 +210,10 @@ func (tx *Tx) defragCandidates(target pgid, limit int) ([]defragMove, bool, erro
 
 // walkBranches calls add for every child at or above target in the
 // subtree at id, reading branch pages only.
-func (tx *Tx) walkBranches(id, target pgid, add func(key []byte, id pgid)) error {
+func (tx *Tx) walkBranches(id, target pgid, add func(key []byte, id pgid), depth int) error {
+	if depth > 64 {
+		return corruptf(tx.db.path, "page %d: tree deeper than 64 levels", id)
+	}
 	p, err := tx.page(id)
 	if err != nil {
 		return err
@@ -231,7 +234,7 @@ func (tx *Tx) walkBranches(id, target pgid, add func(key []byte, id pgid)) error
 			add(k, c)
 		}
 		if childrenAreBranches {
-			if err := tx.walkBranches(c, target, add); err != nil {
+			if err := tx.walkBranches(c, target, add, depth+1); err != nil {
 				return err
 			}
 		}

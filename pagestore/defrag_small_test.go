@@ -7,10 +7,10 @@ import (
 // TestDefragStepsStrict runs defrag steps of several sizes single-threaded
 // with the checker after every commit.
 func TestDefragStepsStrict(t *testing.T) {
-	for _, batch := range []int{1, 16, 2048} {
+	for _, batch := range []int{3, 64, 2048} {
 		path := tmpDB(t)
 		db := openT(t, path, &Options{NoSync: true})
-		const total = 20000
+		const total = 8000
 		for lo := uint64(0); lo < total; lo += 2000 {
 			err := db.Update(func(tx *Tx) error {
 				b, err := tx.CreateBucketIfNotExists([]byte("key"))

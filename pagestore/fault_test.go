@@ -327,7 +327,7 @@ func oneShot(match func(vfs.Event) bool, f *vfs.Fault) vfs.Hook {
 func TestQuota(t *testing.T) {
 	path := tmpDB(t)
 	const quota = 4 << 20
-	db := openT(t, path, &Options{MaxInUseBytes: quota, NoSync: true})
+	db := openT(t, path, &Options{MaxInUseBytes: quota, NoSync: true, Preallocate: true})
 	defer db.Close()
 	val := make([]byte, 256)
 	next := 0

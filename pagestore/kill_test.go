@@ -42,7 +42,8 @@ func killValue(txid uint64, i int) []byte {
 
 // killChild commits batches forever, printing each acknowledged txid.
 func killChild(path string) {
-	db, err := Open(path, nil)
+	// With the preallocator, so kills also land during zero-filling.
+	db, err := Open(path, &Options{Preallocate: true})
 	if err != nil {
 		fmt.Println("open error:", err)
 		os.Exit(2)

@@ -143,7 +143,7 @@ func (tx *Tx) DeleteBucket(name []byte) error {
 	}
 	// Free the committed tree; in-memory nodes die with the Bucket.
 	if b.root != 0 {
-		if err := tx.freeTree(b.root); err != nil {
+		if err := tx.freeTree(b.root, 0); err != nil {
 			return err
 		}
 	}
@@ -153,7 +153,10 @@ func (tx *Tx) DeleteBucket(name []byte) error {
 	return tx.root.del(name)
 }
 
-func (tx *Tx) freeTree(id pgid) error {
+func (tx *Tx) freeTree(id pgid, depth int) error {
+	if depth > 64 {
+		return corruptf(tx.db.path, "page %d: tree deeper than 64 levels", id)
+	}
 	p, err := tx.page(id)
 	if err != nil {
 		return err
@@ -161,7 +164,7 @@ func (tx *Tx) freeTree(id pgid) error {
 	if pgFlags(p) == flagBranch {
 		for i := 0; i < pgCount(p); i++ {
 			_, c := branchElem(p, i)
-			if err := tx.freeTree(c); err != nil {
+			if err := tx.freeTree(c, depth+1); err != nil {
 				return err
 			}
 		}
@@ -263,7 +266,21 @@ func (tx *Tx) WriteTo(w io.Writer) (int64, error) {
 	if tx.writable {
 		return 0, fmt.Errorf("pagestore: WriteTo needs a read transaction")
 	}
-	ps := tx.db.pageSize
+	db := tx.db
+	ps := db.pageSize
+	// Pages free in this snapshot may since have been cut off the end of
+	// the file by online defrag; reading them through the mapping would
+	// fault. Hold off truncation while copying, and copy zeros for
+	// whatever lies past the file's end now (it is free in this snapshot).
+	db.sizeMu.Lock()
+	db.copiers++
+	limit := db.fileSize
+	db.sizeMu.Unlock()
+	defer func() {
+		db.sizeMu.Lock()
+		db.copiers--
+		db.sizeMu.Unlock()
+	}()
 	buf := make([]byte, 2*ps)
 	m := tx.meta
 	m.encode(buf[:ps], 0)
@@ -276,9 +293,17 @@ func (tx *Tx) WriteTo(w io.Writer) (int64, error) {
 	}
 	const chunk = 1 << 20
 	end := int64(tx.meta.hwm) * int64(ps)
+	var zeros []byte
 	for off := int64(2 * ps); off < end; off += chunk {
 		e := min(off+chunk, end)
-		n, err := w.Write(tx.db.data[off:e])
+		src := db.data[off:max(off, min(e, limit))]
+		if len(src) < int(e-off) {
+			if zeros == nil {
+				zeros = make([]byte, chunk)
+			}
+			src = append(append([]byte(nil), src...), zeros[:int(e-off)-len(src)]...)
+		}
+		n, err := w.Write(src)
 		total += int64(n)
 		if err != nil {
 			return total, err
