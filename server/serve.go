@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -33,6 +34,9 @@ func (s *Server) Serve() error {
 		grpc.MaxRecvMsgSize(int(s.cfg.MaxRequestBytes) + grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.MaxConcurrentStreams(maxStreams(s.cfg.MaxConcurrentStreams)),
+		// Reuse a small pool of goroutines for incoming streams instead of
+		// starting one per RPC.
+		grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))),
 		grpc.ChainUnaryInterceptor(s.metrics.unaryInterceptor, s.authUnary),
 		grpc.ChainStreamInterceptor(s.metrics.streamInterceptor, s.authStream),
 		grpc.StatsHandler(statsHandler{s.metrics}),
