@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/url"
 	"sort"
-	"strings"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -207,14 +206,23 @@ func (c *clusterServer) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (
 	return &pb.MemberAddResponse{Header: c.header(), Member: m.pb(), Members: c.memberList()}, nil
 }
 
-func (c *clusterServer) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
-	s := c.s
-	if err := s.checkAdmin(ctx); err != nil {
+// existingMember checks the caller is root and returns member id.
+func (c *clusterServer) existingMember(ctx context.Context, id uint64) (*Member, error) {
+	if err := c.s.checkAdmin(ctx); err != nil {
 		return nil, err
 	}
-	m := s.members.get(r.ID)
-	if m == nil || s.members.isRemoved(r.ID) {
+	m := c.s.members.get(id)
+	if m == nil || c.s.members.isRemoved(id) {
 		return nil, rpctypes.ErrGRPCMemberNotFound
+	}
+	return m, nil
+}
+
+func (c *clusterServer) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
+	s := c.s
+	m, err := c.existingMember(ctx, r.ID)
+	if err != nil {
+		return nil, err
 	}
 	if !m.IsLearner {
 		started, voters := s.members.startedVoters()
@@ -230,16 +238,13 @@ func (c *clusterServer) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequ
 
 func (c *clusterServer) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequest) (*pb.MemberUpdateResponse, error) {
 	s := c.s
-	if err := s.checkAdmin(ctx); err != nil {
+	m, err := c.existingMember(ctx, r.ID)
+	if err != nil {
 		return nil, err
 	}
 	urls, err := validPeerURLs(r.PeerURLs)
 	if err != nil {
 		return nil, err
-	}
-	m := s.members.get(r.ID)
-	if m == nil || s.members.isRemoved(r.ID) {
-		return nil, rpctypes.ErrGRPCMemberNotFound
 	}
 	if s.members.peerURLTaken(urls, r.ID) {
 		return nil, rpctypes.ErrGRPCPeerURLExist
@@ -253,13 +258,9 @@ func (c *clusterServer) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequ
 }
 
 func (c *clusterServer) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
-	s := c.s
-	if err := s.checkAdmin(ctx); err != nil {
+	m, err := c.existingMember(ctx, r.ID)
+	if err != nil {
 		return nil, err
-	}
-	m := s.members.get(r.ID)
-	if m == nil || s.members.isRemoved(r.ID) {
-		return nil, rpctypes.ErrGRPCMemberNotFound
 	}
 	if !m.IsLearner {
 		return nil, rpctypes.ErrGRPCMemberNotLearner
@@ -330,5 +331,3 @@ func (a *applier) applyConfChange(idx, term uint64, e *raftpb.Entry) {
 		s.wait.trigger(cc.GetId(), applyResult{})
 	}
 }
-
-var _ = strings.TrimSpace
