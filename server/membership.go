@@ -104,6 +104,18 @@ func (ms *members) peerURLTaken(urls []string, except uint64) bool {
 	return false
 }
 
+func (ms *members) learners() int {
+	ms.mu.RLock()
+	defer ms.mu.RUnlock()
+	n := 0
+	for _, m := range ms.m {
+		if m.IsLearner {
+			n++
+		}
+	}
+	return n
+}
+
 func (ms *members) isRemoved(id uint64) bool {
 	ms.mu.RLock()
 	defer ms.mu.RUnlock()
@@ -184,6 +196,9 @@ func (c *clusterServer) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (
 	}
 	if s.members.peerURLTaken(urls, 0) {
 		return nil, rpctypes.ErrGRPCPeerURLExist
+	}
+	if r.IsLearner && s.members.learners() >= max(s.cfg.MaxLearners, 1) {
+		return nil, rpctypes.ErrGRPCTooManyLearners
 	}
 	if !r.IsLearner {
 		// etcd's strict reconfiguration check: the new voter must not
