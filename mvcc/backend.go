@@ -1,7 +1,6 @@
 package mvcc
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -452,5 +451,3 @@ func (r *ReadTx) ScanRevisions(from, to int64, fn func(rev Revision, tombstone b
 	}
 	return nil
 }
-
-var _ = bytes.Compare

@@ -18,7 +18,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -318,5 +317,3 @@ func (s *Server) closeStorage() error {
 func (s *Server) requestTimeout() time.Duration {
 	return 5*time.Second + 2*s.cfg.ElectionTimeout()
 }
-
-func dataPath(parts ...string) string { return filepath.Join(parts...) }
