@@ -13,6 +13,8 @@ import (
 	"sort"
 
 	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-db/strata/pagestore"
 )
@@ -55,6 +57,7 @@ func Status(path string) (*SnapshotStatus, error) {
 		}
 		data, st.HashChecked = body, true
 	}
+	st.TotalSize = int64(len(data)) // the database, without the trailer, as etcdutl reports
 	tmp, err := os.MkdirTemp("", "stratautl-snapshot")
 	if err != nil {
 		return nil, err
@@ -85,14 +88,30 @@ func newBucketHasher() *bucketHasher {
 	return &bucketHasher{h: crc32.New(crc32.MakeTable(crc32.Castagnoli))}
 }
 
-// noteKey tracks revision and count for records of the key bucket.
-func noteKey(st *SnapshotStatus, k []byte) {
-	st.TotalKey++
-	if len(k) >= 8 {
-		if rev := int64(binary.BigEndian.Uint64(k)); rev > st.Revision {
-			st.Revision = rev
-		}
+// keyCounter follows the key bucket's records in revision order to find
+// the highest revision and the keys live at it (etcdutl's TOTAL KEYS).
+type keyCounter struct {
+	live map[string]struct{}
+}
+
+func (c *keyCounter) note(st *SnapshotStatus, k, v []byte) error {
+	if len(k) < 17 {
+		return fmt.Errorf("malformed revision key %x", k)
 	}
+	if rev := int64(binary.BigEndian.Uint64(k)); rev > st.Revision {
+		st.Revision = rev
+	}
+	var kv mvccpb.KeyValue
+	if err := proto.Unmarshal(v, &kv); err != nil {
+		return fmt.Errorf("value of revision key %x: %w", k, err)
+	}
+	if len(k) == 18 && k[17] == 't' {
+		delete(c.live, string(kv.Key))
+	} else {
+		c.live[string(kv.Key)] = struct{}{}
+	}
+	st.TotalKey = len(c.live)
+	return nil
 }
 
 func etcdStatus(path string, st *SnapshotStatus) error {
@@ -112,11 +131,12 @@ func etcdStatus(path string, st *SnapshotStatus) error {
 		for _, name := range names {
 			bh.h.Write(name)
 			isKey := string(name) == "key"
+			kc := &keyCounter{live: map[string]struct{}{}}
 			if err := tx.Bucket(name).ForEach(func(k, v []byte) error {
 				bh.h.Write(k)
 				bh.h.Write(v)
 				if isKey {
-					noteKey(st, k)
+					return kc.note(st, k, v)
 				}
 				return nil
 			}); err != nil {
@@ -139,11 +159,12 @@ func strataStatus(path string, st *SnapshotStatus) error {
 		return tx.ForEach(func(name []byte, b *pagestore.Bucket) error {
 			bh.h.Write(name)
 			isKey := string(name) == "key"
+			kc := &keyCounter{live: map[string]struct{}{}}
 			err := b.ForEach(func(k, v []byte) error {
 				bh.h.Write(k)
 				bh.h.Write(v)
 				if isKey {
-					noteKey(st, k)
+					return kc.note(st, k, v)
 				}
 				return nil
 			})

@@ -10,6 +10,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-db/strata/mvcc"
 	"github.com/strata-db/strata/pagestore"
@@ -78,10 +80,17 @@ func TestSnapshotStatusEtcd(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		for rev := 2; rev <= 6; rev++ {
-			k := make([]byte, 17)
+		// Five puts of five keys at revisions 2..6, then a delete of one.
+		for rev := 2; rev <= 7; rev++ {
+			k := make([]byte, 17, 18)
 			k[7], k[8] = byte(rev), '_'
-			if err := kb.Put(k, []byte("kv")); err != nil {
+			key := []byte{'k', byte('0' + rev%5)}
+			if rev == 7 {
+				k = append(k, 't')
+				key = []byte{'k', '2'}
+			}
+			v, _ := proto.Marshal(&mvccpb.KeyValue{Key: key, Value: []byte("v")})
+			if err := kb.Put(k, v); err != nil {
 				return err
 			}
 		}
@@ -96,7 +105,7 @@ func TestSnapshotStatusEtcd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Format != "etcd" || st.Revision != 6 || st.TotalKey != 5 || st.HashChecked {
+	if st.Format != "etcd" || st.Revision != 7 || st.TotalKey != 4 || st.HashChecked {
 		t.Fatalf("status %+v", st)
 	}
 }
