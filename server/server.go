@@ -188,8 +188,8 @@ func refuseForeignData(cfg *config.Config) error {
 	const bboltMagic = 0xED0CDAED
 	if binary.LittleEndian.Uint32(hdr[16:20]) == bboltMagic {
 		return fmt.Errorf("data directory %s holds an etcd (bbolt) database at %s, which Strata does not open in place; "+
-			"migrate it: take a snapshot with 'etcdctl snapshot save snap.db' (or use the db file), then run "+
-			"'stratautl snapshot restore snap.db --data-dir NEW-DIR' and start strata on NEW-DIR",
+			"migrate it through a snapshot: 'etcdctl snapshot save snap.db', then "+
+			"'stratautl snapshot restore snap.db --data-dir NEW-DIR' (not available in this build yet) and start strata on NEW-DIR",
 			cfg.DataDir, cfg.BackendPath())
 	}
 	return nil
