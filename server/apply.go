@@ -76,12 +76,17 @@ func (a *applier) dispatch(idx, term uint64, req *pb.InternalRaftRequest) applyR
 		kv.ApplyNoop(idx, term)
 		return applyResult{err: err}
 	}
+	// An auth request's writes and its index go into one backend write.
+	// Any other request must not record its index here: the index would
+	// reach the page store in a commit without the request's data, and a
+	// crash right after would make replay skip the request.
 	w := s.be.BeginWrite()
 	resp, handled, err := s.auth.Apply(w, idx, req)
-	w.End(idx, term)
 	if handled {
+		w.End(idx, term)
 		return applyResult{resp: resp, err: err}
 	}
+	w.End(0, 0)
 	switch {
 	case req.Alarm != nil:
 		w := s.be.BeginWrite()
