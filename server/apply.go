@@ -6,6 +6,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-db/strata/mvcc"
 )
 
 // applier is the raft StateMachine: it applies committed entries to the
@@ -80,13 +82,12 @@ func (a *applier) dispatch(idx, term uint64, req *pb.InternalRaftRequest) applyR
 	// Any other request must not record its index here: the index would
 	// reach the page store in a commit without the request's data, and a
 	// crash right after would make replay skip the request.
-	w := s.be.BeginWrite()
-	resp, handled, err := s.auth.Apply(w, idx, req)
+	lw := &lazyWrite{be: s.be}
+	resp, handled, err := s.auth.Apply(lw, idx, req)
 	if handled {
-		w.End(idx, term)
+		lw.get().End(idx, term)
 		return applyResult{resp: resp, err: err}
 	}
-	w.End(0, 0)
 	switch {
 	case req.Alarm != nil:
 		w := s.be.BeginWrite()
@@ -118,3 +119,21 @@ func (a *applier) dispatch(idx, term uint64, req *pb.InternalRaftRequest) applyR
 	}
 	return r
 }
+
+// lazyWrite begins a backend write only when something is written, so
+// offering a request to the auth store costs nothing when it is not an
+// auth request.
+type lazyWrite struct {
+	be *mvcc.Backend
+	w  *mvcc.WriteTx
+}
+
+func (l *lazyWrite) get() *mvcc.WriteTx {
+	if l.w == nil {
+		l.w = l.be.BeginWrite()
+	}
+	return l.w
+}
+
+func (l *lazyWrite) Put(bucket, key, value []byte) { l.get().Put(bucket, key, value) }
+func (l *lazyWrite) Delete(bucket, key []byte)     { l.get().Delete(bucket, key) }
