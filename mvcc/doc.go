@@ -28,6 +28,12 @@
 // Requests that fail (a compacted revision, a missing lease) still advance
 // the consistent index, as they are applied entries too.
 //
+// The invariant callers must keep: a request's index is recorded (End(ci))
+// by the same WriteTx that holds its data, never by an earlier one. A
+// commit can fall between two write transactions, so an index recorded
+// first would reach the page store without the data, and after a crash
+// replay would skip the request (the e2e kill loop caught exactly that).
+//
 // # Reads
 //
 // A read loads the current revision, then a Backend read view: the
