@@ -7,10 +7,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/strata-db/strata/pagestore"
+	"github.com/strata-db/strata/tools/progress"
 	"github.com/strata-db/strata/vfs"
 )
 
@@ -72,14 +72,16 @@ func defrag(dataDir string, showProgress bool, stdout, stderr io.Writer) error {
 		return err
 	}
 	start := time.Now()
-	var progress func(done, total int64)
+	var bar *progress.Bar
+	var report func(done, total int64)
 	if showProgress {
-		progress = func(done, total int64) { drawBar(stderr, done, total) }
+		bar = progress.NewTo(stderr, "defrag", 0, "B")
+		report = func(done, total int64) {
+			bar.SetTotal(total)
+			bar.Set(done)
+		}
 	}
-	err = pagestore.Compact(tmp, db, progress)
-	if showProgress {
-		fmt.Fprintln(stderr)
-	}
+	err = pagestore.Compact(tmp, db, report)
 	if err != nil {
 		os.Remove(tmp)
 		if errors.Is(err, pagestore.ErrDatabaseLocked) {
@@ -87,41 +89,33 @@ func defrag(dataDir string, showProgress bool, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
+	if bar != nil {
+		bar.Finish()
+	}
 	if err := os.Rename(tmp, db); err != nil {
 		return err
 	}
 	if err := vfs.Default.SyncDir(filepath.Dir(db)); err != nil {
 		return err
 	}
-	fi, err = os.Stat(db)
+	st, err := dbStats(db)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "defragmented %s in %v\n  before: %s\n  after:  %s (%.1f%% of before)\n",
-		db, time.Since(start).Round(time.Millisecond), human(before), human(fi.Size()), 100*float64(fi.Size())/float64(max(before, 1)))
+	fmt.Fprintf(stdout, "defragmented %s in %v\n  before: %s\n  after:  %s (%.1f%% of before)\n  in use: %s\n",
+		db, time.Since(start).Round(time.Millisecond), progress.Bytes(before), progress.Bytes(st.FileSize),
+		100*float64(st.FileSize)/float64(max(before, 1)), progress.Bytes(st.InUseBytes))
 	return nil
 }
 
-func drawBar(w io.Writer, done, total int64) {
-	const width = 40
-	frac := 1.0
-	if total > 0 {
-		frac = float64(done) / float64(total)
+// dbStats opens the page store just long enough to read its sizes.
+func dbStats(path string) (pagestore.Stats, error) {
+	d, err := pagestore.Open(path, nil)
+	if err != nil {
+		return pagestore.Stats{}, err
 	}
-	n := int(frac * width)
-	fmt.Fprintf(w, "\r[%s%s] %5.1f%% %s / %s", strings.Repeat("#", n), strings.Repeat(" ", width-n), 100*frac, human(done), human(total))
-}
-
-func human(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
+	st := d.Stats()
+	return st, d.Close()
 }
 
 func init() {

@@ -57,7 +57,7 @@ func TestDefragCommand(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	after, _ := os.Stat(path)
-	if !strings.Contains(out.String(), "before:") || !strings.Contains(out.String(), "after:") || !strings.Contains(errOut.String(), "100.0%") {
+	if !strings.Contains(out.String(), "before:") || !strings.Contains(out.String(), "after:") || !strings.Contains(out.String(), "in use:") || !strings.Contains(errOut.String(), "100%") {
 		t.Fatalf("output %q / %q", out.String(), errOut.String())
 	}
 	if after.Size() >= before.Size() {
