@@ -174,7 +174,7 @@ func waitKeys(prefix string, n int) step {
 // clusterScenario: membership changes on a single member, with a learner so
 // that quorum is never lost, plus move-leader and downgrade answers.
 func clusterScenario() scenario {
-	added := map[string]*regexp.Regexp{"m2": regexp.MustCompile(`Member ([0-9a-f]+) added`)}
+	added := map[string]*regexp.Regexp{"m2": regexp.MustCompile(`Member +([0-9a-f]+) added`)}
 	return scenario{name: "cluster", steps: []step{
 		// Version questions first: while an unstarted member exists, etcd's
 		// version monitor may lower the cluster and storage versions on a
