@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -49,6 +50,22 @@ type Backend struct {
 	done         chan struct{}
 	commitHook   func(time.Duration)
 	commits      atomic.Uint64
+
+	// defrag is a defrag step waiting to ride along with the next commit
+	// (see Defrag).
+	defrag atomic.Pointer[defragReq]
+}
+
+// defragReq is one defrag step handed to the committer.
+type defragReq struct {
+	plan *pagestore.DefragPlan
+	done chan defragResult // buffered; receives exactly one result
+}
+
+type defragResult struct {
+	moved int
+	apply time.Duration // time spent moving pages inside the commit
+	err   error
 }
 
 // batch is one group of writes committed together.
@@ -246,6 +263,9 @@ func (b *Backend) commitLoop() {
 // durable in the page store.
 func (b *Backend) ForceCommit() error { return b.commit() }
 
+// ErrBackendClosed is returned by Defrag when the backend closes under it.
+var ErrBackendClosed = errors.New("mvcc: backend closed")
+
 // ErrCommitFailed wraps the page store's error when a batch cannot be
 // committed; the batch stays in memory and the commit is retried.
 var ErrCommitFailed = errors.New("mvcc: backend commit failed")
@@ -261,11 +281,24 @@ func (b *Backend) commit() error {
 	}
 	todo := append([]*batch(nil), b.uncommitted...)
 	b.batchMu.Unlock()
-	if len(todo) == 0 {
+	dreq := b.defrag.Swap(nil)
+	if len(todo) == 0 && dreq == nil {
 		return nil
 	}
 	start := time.Now()
+	var dres defragResult
 	err := b.db.Update(func(tx *pagestore.Tx) error {
+		if dreq != nil {
+			t := time.Now()
+			dres.moved, dres.err = tx.ApplyDefrag(dreq.plan)
+			dres.apply = time.Since(t)
+			if dres.err != nil {
+				return dres.err
+			}
+		}
+		if len(todo) == 0 {
+			return nil
+		}
 		kb, err := tx.Bucket(KeyBucket)
 		if err != nil {
 			return err
@@ -310,6 +343,12 @@ func (b *Backend) commit() error {
 		}
 		return nil
 	})
+	if dreq != nil {
+		if err != nil && dres.err == nil {
+			dres.err = err
+		}
+		dreq.done <- dres
+	}
 	if err != nil {
 		err = fmt.Errorf("%w: %w", ErrCommitFailed, err)
 		b.commitErr.Store(&err)
@@ -321,6 +360,9 @@ func (b *Backend) commit() error {
 	if b.commitHook != nil {
 		b.commitHook(d)
 	}
+	if len(todo) == 0 {
+		return nil
+	}
 	b.committedCI.Store(todo[len(todo)-1].ci)
 	for _, bt := range todo {
 		b.pendingBytes.Add(-bt.bytes)
@@ -330,6 +372,87 @@ func (b *Backend) commit() error {
 	b.publishLocked()
 	b.batchMu.Unlock()
 	return nil
+}
+
+// Defrag compacts the page store online by folding defrag steps into the
+// backend's own commits: each commit also moves a bounded number of live
+// pages from the tail of the file into free pages lower down and truncates
+// the free tail. Under load the steps ride along with the commits the
+// batch interval makes anyway, so defrag adds no fdatasync and no write-lock
+// hand-off of its own to the write path; when the backend is idle each step
+// is committed at once. progress, if set, is called after each step.
+// Defrag returns when the file is as compact as it can be made, when steps
+// stop making progress (pages an open reader still sees cannot move), or
+// when ctx is done.
+func (b *Backend) Defrag(ctx context.Context, progress func(pagestore.DefragProgress)) error {
+	const minPages, maxPages = 64, 4096
+	pages := 512
+	var p pagestore.DefragProgress
+	stalled, lastSize := 0, int64(-1)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		plan, err := b.db.PlanDefrag(pages)
+		if err != nil {
+			return err
+		}
+		req := &defragReq{plan: plan, done: make(chan defragResult, 1)}
+		b.defrag.Store(req)
+		if b.PendingBytes() == 0 {
+			// Idle: no commit is coming soon, make one now.
+			select {
+			case b.kick <- struct{}{}:
+			default:
+			}
+		}
+		var r defragResult
+		select {
+		case r = <-req.done:
+		case <-b.stop:
+			b.defrag.CompareAndSwap(req, nil)
+			return ErrBackendClosed
+		case <-ctx.Done():
+			if !b.defrag.CompareAndSwap(req, nil) {
+				<-req.done // the committer took it; wait for its commit
+			}
+			return ctx.Err()
+		}
+		if r.err != nil {
+			return r.err
+		}
+		st := b.db.Stats()
+		p.Steps++
+		p.MovedPages += r.moved
+		p.FileSize, p.InUseBytes, p.LockHold = st.FileSize, st.InUseBytes, r.apply
+		p.Done = b.db.DefragComplete(plan)
+		if progress != nil {
+			progress(p)
+		}
+		if p.Done {
+			return nil
+		}
+		switch {
+		case r.apply > 10*time.Millisecond && pages > minPages:
+			pages /= 2
+		case r.moved >= pages/2 && r.apply < 3*time.Millisecond && pages < maxPages:
+			pages *= 2
+		}
+		if r.moved == 0 && st.FileSize == lastSize {
+			// Freed tail pages still visible to a reader: wait for it.
+			if stalled++; stalled >= 50 {
+				return nil
+			}
+			select {
+			case <-time.After(20 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		} else {
+			stalled = 0
+		}
+		lastSize = st.FileSize
+	}
 }
 
 // PendingBytes is the size of writes not yet committed to the page store,

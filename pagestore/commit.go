@@ -28,6 +28,10 @@ func (tx *Tx) Commit() error {
 	}
 	if published {
 		db.st.recordCommit(time.Since(start))
+		if tx.truncateTail {
+			db.defragState.steps.Add(1)
+			db.defragState.moved.Add(uint64(tx.defragMoved))
+		}
 	}
 	shrink := tx.shrinkTo
 	tx.end(true)

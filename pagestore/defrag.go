@@ -61,23 +61,70 @@ func (db *DB) defragTarget(hwm pgid) pgid {
 	return min(t, hwm)
 }
 
-// DefragStep moves up to maxPages live pages from the tail of the file
-// into free pages below it, and truncates the free tail, in one write
-// transaction. It is safe to call while other transactions run; see Defrag.
-func (db *DB) DefragStep(maxPages int) (DefragStepResult, error) {
+// DefragPlan is the work of one defrag step, found without the write lock
+// by PlanDefrag and carried out inside a write transaction by
+// Tx.ApplyDefrag. A plan may be stale by the time it is applied: pages the
+// writer rewrote meanwhile are simply skipped.
+type DefragPlan struct {
+	moves  []defragMove
+	chain  bool // a freelist log record lies in the tail: checkpoint it
+	target pgid
+}
+
+// Pages is the number of pages the plan would move.
+func (p *DefragPlan) Pages() int { return len(p.moves) }
+
+// PlanDefrag finds up to maxPages live pages in the tail of the file, in a
+// read transaction (readers and the writer are not blocked).
+func (db *DB) PlanDefrag(maxPages int) (*DefragPlan, error) {
 	if maxPages <= 0 {
 		maxPages = 256
 	}
-	// Plan without the write lock.
-	var moves []defragMove
-	var chain bool
-	var target pgid
+	plan := &DefragPlan{}
 	err := db.View(func(tx *Tx) error {
-		target = db.defragTarget(tx.meta.hwm)
+		plan.target = db.defragTarget(tx.meta.hwm)
 		var err error
-		moves, chain, err = tx.defragCandidates(target, maxPages)
+		plan.moves, plan.chain, err = tx.defragCandidates(plan.target, maxPages)
 		return err
 	})
+	if err != nil {
+		return nil, err
+	}
+	return plan, nil
+}
+
+// ApplyDefrag carries out plan inside this write transaction: the planned
+// pages are rewritten lower down by the commit, and the free tail of the
+// file is truncated. An application can so fold defrag steps into its own
+// commits instead of paying for extra ones. It returns the pages moved.
+func (tx *Tx) ApplyDefrag(plan *DefragPlan) (int, error) {
+	if !tx.writable {
+		return 0, ErrTxNotWritable
+	}
+	moved, err := tx.relocate(plan.moves)
+	if err != nil {
+		return moved, err
+	}
+	tx.forceCheckpoint = tx.forceCheckpoint || plan.chain
+	tx.truncateTail = true
+	tx.defragMoved += moved
+	return moved, nil
+}
+
+// DefragComplete reports whether the file is as compact as defrag can make
+// it, given the plan that was just applied and committed: nothing was left
+// to move and the free tail is truncated.
+func (db *DB) DefragComplete(plan *DefragPlan) bool {
+	m := db.meta.Load()
+	return len(plan.moves) == 0 && !plan.chain && m.hwm <= max(plan.target, db.defragTarget(m.hwm))
+}
+
+// DefragStep moves up to maxPages live pages from the tail of the file
+// into free pages below it, and truncates the free tail, in one write
+// transaction of its own. It is safe to call while other transactions run;
+// see Defrag.
+func (db *DB) DefragStep(maxPages int) (DefragStepResult, error) {
+	plan, err := db.PlanDefrag(maxPages)
 	if err != nil {
 		return DefragStepResult{}, err
 	}
@@ -86,30 +133,20 @@ func (db *DB) DefragStep(maxPages int) (DefragStepResult, error) {
 		return DefragStepResult{}, err
 	}
 	start := time.Now()
-	moved, err := tx.relocate(moves)
+	moved, err := tx.ApplyDefrag(plan)
 	if err != nil {
 		tx.Rollback()
 		return DefragStepResult{}, err
 	}
-	tx.forceCheckpoint = chain
-	tx.truncateTail = true
 	oldSize := db.Stats().FileSize
 	if err := tx.Commit(); err != nil {
 		return DefragStepResult{}, err
 	}
 	hold := time.Since(start)
 	if debugDefragCheck != nil {
-		debugDefragCheck(db, moved, chain)
+		debugDefragCheck(db, moved, plan.chain)
 	}
-	db.defragState.steps.Add(1)
-	db.defragState.moved.Add(uint64(moved))
-	for {
-		old := db.defragState.maxLockHold.Load()
-		if int64(hold) <= old || db.defragState.maxLockHold.CompareAndSwap(old, int64(hold)) {
-			break
-		}
-	}
-	m := db.meta.Load()
+	db.noteDefragStep(hold)
 	st := db.Stats()
 	res := DefragStepResult{
 		Moved:    moved,
@@ -117,12 +154,23 @@ func (db *DB) DefragStep(maxPages int) (DefragStepResult, error) {
 		InUse:    st.InUseBytes,
 		LockHold: hold,
 		SyncTime: tx.syncTime,
+		Done:     db.DefragComplete(plan),
 	}
 	if oldSize > st.FileSize {
 		res.Truncated = oldSize - st.FileSize
 	}
-	res.Done = len(moves) == 0 && !chain && m.hwm <= max(target, db.defragTarget(m.hwm))
 	return res, nil
+}
+
+// noteDefragStep records a defrag step's write-lock hold in the stats
+// (Commit counts the step and its pages).
+func (db *DB) noteDefragStep(hold time.Duration) {
+	for {
+		old := db.defragState.maxLockHold.Load()
+		if int64(hold) <= old || db.defragState.maxLockHold.CompareAndSwap(old, int64(hold)) {
+			break
+		}
+	}
 }
 
 // Defrag runs DefragSteps until the file is compact or ctx is done,

@@ -27,6 +27,7 @@ type Tx struct {
 	grew            bool // a Put or CreateBucket ran: the quota applies
 	forceCheckpoint bool
 	truncateTail    bool // defrag: drop the free tail before writing
+	defragMoved     int  // pages ApplyDefrag rewrote, for the stats
 	truncHWM        pgid // hwm right after that drop (0: none)
 	lockWait        time.Duration
 	syncTime        time.Duration // time the commit spent in fdatasync
