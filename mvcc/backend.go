@@ -385,21 +385,31 @@ func (b *Backend) commit() error {
 // stop making progress (pages an open reader still sees cannot move), or
 // when ctx is done.
 func (b *Backend) Defrag(ctx context.Context, progress func(pagestore.DefragProgress)) error {
-	const minPages, maxPages = 64, 4096
-	pages := 512
+	// Pages moved per step. Idle, steps grow (up to idleMax) while a
+	// step's page moves take under 3 ms, so defrag runs at disk speed.
+	// Under load a step rides along with each batch commit (one every
+	// --backend-batch-interval) and moves at most loadMax pages, about
+	// 1 MiB: spread out like that, defrag costs the write path little.
+	const minPages, loadMax, idleMax = 64, 256, 4096
+	pages := loadMax
 	var p pagestore.DefragProgress
 	stalled, lastSize := 0, int64(-1)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		plan, err := b.db.PlanDefrag(pages)
+		idle := b.PendingBytes() == 0
+		n := pages
+		if !idle {
+			n = min(n, loadMax)
+		}
+		plan, err := b.db.PlanDefrag(n)
 		if err != nil {
 			return err
 		}
 		req := &defragReq{plan: plan, done: make(chan defragResult, 1)}
 		b.defrag.Store(req)
-		if b.PendingBytes() == 0 {
+		if idle {
 			// Idle: no commit is coming soon, make one now.
 			select {
 			case b.kick <- struct{}{}:
@@ -435,7 +445,7 @@ func (b *Backend) Defrag(ctx context.Context, progress func(pagestore.DefragProg
 		switch {
 		case r.apply > 10*time.Millisecond && pages > minPages:
 			pages /= 2
-		case r.moved >= pages/2 && r.apply < 3*time.Millisecond && pages < maxPages:
+		case idle && r.moved >= n/2 && r.apply < 3*time.Millisecond && pages < idleMax:
 			pages *= 2
 		}
 		if r.moved == 0 && st.FileSize == lastSize {
