@@ -11,6 +11,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/authpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3election/v3electionpb"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -19,8 +21,8 @@ import (
 	"github.com/strata-db/strata/e2e/harness"
 )
 
-// TestRBACMatrix runs every KV, Watch, Lease, Maintenance, Cluster and
-// Auth RPC under six identities against real etcd and the target, and
+// TestRBACMatrix runs every KV, Watch, Lease, Lock, Election, Maintenance,
+// Cluster and Auth RPC under six identities against real etcd and the target, and
 // requires the same gRPC code and message in every cell. The expected
 // value of a cell is what etcd answers; the table is printed.
 func TestRBACMatrix(t *testing.T) {
@@ -93,6 +95,7 @@ func runMatrix(t *testing.T, clientURL string) (map[string]string, []string, []s
 	defer conn.Close()
 	kv, lease, maint := pb.NewKVClient(conn), pb.NewLeaseClient(conn), pb.NewMaintenanceClient(conn)
 	cluster, authc, watch := pb.NewClusterClient(conn), pb.NewAuthClient(conn), pb.NewWatchClient(conn)
+	lockc, elect := v3lockpb.NewLockClient(conn), v3electionpb.NewElectionClient(conn)
 	bg := context.Background()
 	must := func(err error) {
 		t.Helper()
@@ -203,6 +206,54 @@ func runMatrix(t *testing.T, clientURL string) (map[string]string, []string, []s
 		}},
 		{"Lease.Revoke(unknown)", func(ctx context.Context) error {
 			_, err := lease.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: 12345})
+			return err
+		}},
+		// Lock and election call KV and Lease as the caller; only root
+		// may both read and write under p/, so only its calls get through
+		// and none waits for another.
+		{"Lock.Lock(lease)", func(ctx context.Context) error {
+			_, err := lockc.Lock(ctx, &v3lockpb.LockRequest{Name: []byte("p/l1"), Lease: lg.ID})
+			return err
+		}},
+		{"Lock.Lock(no lease)", func(ctx context.Context) error {
+			_, err := lockc.Lock(ctx, &v3lockpb.LockRequest{Name: []byte("p/l2")})
+			return err
+		}},
+		{"Lock.Unlock", func(ctx context.Context) error {
+			_, err := lockc.Unlock(ctx, &v3lockpb.UnlockRequest{Key: []byte("p/l1/none")})
+			return err
+		}},
+		{"Election.Campaign", func(ctx context.Context) error {
+			_, err := elect.Campaign(ctx, &v3electionpb.CampaignRequest{Name: []byte("p/e"), Lease: lg.ID, Value: []byte("v")})
+			return err
+		}},
+		{"Election.Leader", func(ctx context.Context) error {
+			_, err := elect.Leader(ctx, &v3electionpb.LeaderRequest{Name: []byte("p/e")})
+			return err
+		}},
+		{"Election.Observe", func(ctx context.Context) error {
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			s, err := elect.Observe(ctx, &v3electionpb.LeaderRequest{Name: []byte("p/e")})
+			if err != nil {
+				return err
+			}
+			if _, err := s.Recv(); err != nil {
+				if err == io.EOF {
+					return fmt.Errorf("stream ended without a leader")
+				}
+				return err
+			}
+			return nil
+		}},
+		{"Election.Proclaim(not leader)", func(ctx context.Context) error {
+			_, err := elect.Proclaim(ctx, &v3electionpb.ProclaimRequest{Value: []byte("v2"),
+				Leader: &v3electionpb.LeaderKey{Name: []byte("p/e"), Key: []byte(fmt.Sprintf("p/e/%x", lg.ID)), Rev: 1, Lease: lg.ID}})
+			return err
+		}},
+		{"Election.Resign(not leader)", func(ctx context.Context) error {
+			_, err := elect.Resign(ctx, &v3electionpb.ResignRequest{
+				Leader: &v3electionpb.LeaderKey{Name: []byte("p/e"), Key: []byte(fmt.Sprintf("p/e/%x", lg.ID)), Rev: 1, Lease: lg.ID}})
 			return err
 		}},
 		{"Maintenance.Status", func(ctx context.Context) error {

@@ -3,15 +3,23 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"errors"
+	"io"
 	"net/http"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.etcd.io/etcd/api/v3/etcdserverpb/gw"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-db/strata/server/v3electionpb"
+	"github.com/strata-db/strata/server/v3lockpb"
 )
 
 // gateway serves etcd's JSON gateway under /v3/ (and /v3beta/, rewritten
@@ -52,7 +60,83 @@ func (s *Server) newGateway(target string, tc *tls.Config) (*gateway, error) {
 			return nil, err
 		}
 	}
+	if err := registerConcurrencyGateway(mux, conn); err != nil {
+		conn.Close()
+		return nil, err
+	}
 	return &gateway{mux: mux, conn: conn}, nil
+}
+
+// registerConcurrencyGateway serves the v3lock and v3election services on
+// the gateway at etcd's paths. etcd generates these handlers with its
+// protos in go.etcd.io/etcd/server/v3; these are equivalent: the body is
+// the request in JSON, relayed as a gRPC call.
+func registerConcurrencyGateway(mux *runtime.ServeMux, conn *grpc.ClientConn) error {
+	routes := []struct {
+		path, method string
+		newReq       func() proto.Message
+		newResp      func() proto.Message // nil: a server stream of LeaderResponse
+	}{
+		{"/v3/lock/lock", v3lockpb.LockMethod, func() proto.Message { return new(v3lockpb.LockRequest) }, func() proto.Message { return new(v3lockpb.LockResponse) }},
+		{"/v3/lock/unlock", v3lockpb.UnlockMethod, func() proto.Message { return new(v3lockpb.UnlockRequest) }, func() proto.Message { return new(v3lockpb.UnlockResponse) }},
+		{"/v3/election/campaign", v3electionpb.CampaignMethod, func() proto.Message { return new(v3electionpb.CampaignRequest) }, func() proto.Message { return new(v3electionpb.CampaignResponse) }},
+		{"/v3/election/proclaim", v3electionpb.ProclaimMethod, func() proto.Message { return new(v3electionpb.ProclaimRequest) }, func() proto.Message { return new(v3electionpb.ProclaimResponse) }},
+		{"/v3/election/leader", v3electionpb.LeaderMethod, func() proto.Message { return new(v3electionpb.LeaderRequest) }, func() proto.Message { return new(v3electionpb.LeaderResponse) }},
+		{"/v3/election/observe", v3electionpb.ObserveMethod, func() proto.Message { return new(v3electionpb.LeaderRequest) }, nil},
+		{"/v3/election/resign", v3electionpb.ResignMethod, func() proto.Message { return new(v3electionpb.ResignRequest) }, func() proto.Message { return new(v3electionpb.ResignResponse) }},
+	}
+	for _, rt := range routes {
+		err := mux.HandlePath(http.MethodPost, rt.path, func(w http.ResponseWriter, req *http.Request, _ map[string]string) {
+			ctx, cancel := context.WithCancel(req.Context())
+			defer cancel()
+			inbound, outbound := runtime.MarshalerForRequest(mux, req)
+			ctx, err := runtime.AnnotateContext(ctx, mux, req, rt.method, runtime.WithHTTPPathPattern(rt.path))
+			if err != nil {
+				runtime.HTTPError(ctx, mux, outbound, w, req, err)
+				return
+			}
+			in := rt.newReq()
+			if err := inbound.NewDecoder(req.Body).Decode(in); err != nil && !errors.Is(err, io.EOF) {
+				runtime.HTTPError(ctx, mux, outbound, w, req, status.Errorf(codes.InvalidArgument, "%v", err))
+				return
+			}
+			var md runtime.ServerMetadata
+			if rt.newResp != nil {
+				out := rt.newResp()
+				err := conn.Invoke(ctx, rt.method, in, out, grpc.Header(&md.HeaderMD), grpc.Trailer(&md.TrailerMD))
+				ctx = runtime.NewServerMetadataContext(ctx, md)
+				if err != nil {
+					runtime.HTTPError(ctx, mux, outbound, w, req, err)
+					return
+				}
+				runtime.ForwardResponseMessage(ctx, mux, outbound, w, req, out, mux.GetForwardResponseOptions()...)
+				return
+			}
+			stream, err := conn.NewStream(ctx, &v3electionpb.ObserveStreamDesc, rt.method)
+			if err == nil {
+				err = stream.SendMsg(in)
+			}
+			if err == nil {
+				err = stream.CloseSend()
+			}
+			if err == nil {
+				md.HeaderMD, err = stream.Header()
+			}
+			ctx = runtime.NewServerMetadataContext(ctx, md)
+			if err != nil {
+				runtime.HTTPError(ctx, mux, outbound, w, req, err)
+				return
+			}
+			runtime.ForwardResponseStream(ctx, mux, outbound, w, req, func() (proto.Message, error) {
+				m := new(v3electionpb.LeaderResponse)
+				return m, stream.RecvMsg(m)
+			}, mux.GetForwardResponseOptions()...)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {

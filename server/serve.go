@@ -20,6 +20,9 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/strata-db/strata/server/v3electionpb"
+	"github.com/strata-db/strata/server/v3lockpb"
 )
 
 // grpcOverheadBytes is the allowance gRPC framing gets on top of
@@ -64,6 +67,8 @@ func (s *Server) Serve() error {
 	pb.RegisterLeaseServer(s.grpc, &leaseServer{s: s})
 	pb.RegisterAuthServer(s.grpc, &authServer{s: s})
 	pb.RegisterWatchServer(s.grpc, &watchServer{s: s})
+	v3lockpb.RegisterLockServer(s.grpc, &lockServer{s: s})
+	v3electionpb.RegisterElectionServer(s.grpc, &electionServer{s: s})
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(s.grpc, hs)
