@@ -448,6 +448,11 @@ func (b *Backend) Defrag(ctx context.Context, progress func(pagestore.DefragProg
 		case idle && r.moved >= n/2 && r.apply < 3*time.Millisecond && pages < idleMax:
 			pages *= 2
 		}
+		if r.moved == 0 && st.FileSize == lastSize && st.PendingPages == 0 {
+			// Nothing could move and no reader holds freed pages that
+			// might later let it: as compact as it gets.
+			return nil
+		}
 		if r.moved == 0 && st.FileSize == lastSize {
 			// Freed tail pages still visible to a reader: wait for it.
 			if stalled++; stalled >= 50 {

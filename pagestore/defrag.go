@@ -159,6 +159,11 @@ func (db *DB) DefragStep(maxPages int) (DefragStepResult, error) {
 	if oldSize > st.FileSize {
 		res.Truncated = oldSize - st.FileSize
 	}
+	if moved == 0 && res.Truncated == 0 && !plan.chain && st.PendingPages == 0 {
+		// Nothing could move and no reader holds freed pages that could
+		// later let it: the file is as compact as page moves can make it.
+		res.Done = true
+	}
 	return res, nil
 }
 
@@ -237,7 +242,11 @@ func (tx *Tx) defragCandidates(target pgid, limit int) ([]defragMove, bool, erro
 		add := func(key []byte, id pgid) {
 			moves = append(moves, defragMove{dir: dir, bucket: b.name, key: append([]byte(nil), key...), id: id})
 		}
-		if b.root >= target {
+		in, err := tx.reachesTail(b.root, target)
+		if err != nil {
+			return err
+		}
+		if in {
 			moves = append(moves, defragMove{dir: dir, bucket: b.name, id: b.root})
 		}
 		return tx.walkBranches(b.root, target, add, 0)
@@ -256,7 +265,30 @@ func (tx *Tx) defragCandidates(target pgid, limit int) ([]defragMove, bool, erro
 	return moves, chain, nil
 }
 
-// walkBranches calls add for every child at or above target in the
+// straddleWindow is how far below the target a page run may start and still
+// reach into the tail: a leaf holding a large value is a run of several
+// pages, and one that starts just below the target but ends above it would
+// keep the tail from being truncated. Runs are read only within this window
+// (16 MiB, beyond any value etcd's request limit admits), so planning still
+// reads branch pages only, plus a few leaves near the target.
+const straddleWindow = 4096
+
+// reachesTail reports whether the run at id has a page at or above target.
+func (tx *Tx) reachesTail(id, target pgid) (bool, error) {
+	if id >= target {
+		return true, nil
+	}
+	if id+straddleWindow < target {
+		return false, nil
+	}
+	p, err := tx.page(id)
+	if err != nil {
+		return false, err
+	}
+	return id+pgid(pgOverflow(p)) >= target, nil
+}
+
+// walkBranches calls add for every child reaching target or above in the
 // subtree at id, reading branch pages only.
 func (tx *Tx) walkBranches(id, target pgid, add func(key []byte, id pgid), depth int) error {
 	if depth > 64 {
@@ -278,7 +310,11 @@ func (tx *Tx) walkBranches(id, target pgid, add func(key []byte, id pgid), depth
 	childrenAreBranches := pgFlags(fp) == flagBranch
 	for i := 0; i < n; i++ {
 		k, c := branchElem(p, i)
-		if c >= target {
+		in, err := tx.reachesTail(c, target)
+		if err != nil {
+			return err
+		}
+		if in {
 			add(k, c)
 		}
 		if childrenAreBranches {
@@ -295,6 +331,14 @@ func (tx *Tx) walkBranches(id, target pgid, add func(key []byte, id pgid), depth
 func (tx *Tx) relocate(moves []defragMove) (int, error) {
 	moved := 0
 	for _, mv := range moves {
+		// A multi-page run (a large value) moves only if a hole below it
+		// can take it whole; otherwise the commit would put it back at
+		// the end of the file and the next step would move it again.
+		if p, err := tx.page(mv.id); err != nil {
+			return moved, err
+		} else if ovf := pgOverflow(p); ovf > 0 && !tx.db.fl.free.fitsBelow(1+uint64(ovf), mv.id) {
+			continue
+		}
 		b := tx.root
 		if !mv.dir {
 			var err error

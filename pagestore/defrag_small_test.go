@@ -61,3 +61,59 @@ func TestDefragStepsStrict(t *testing.T) {
 		db.Close()
 	}
 }
+
+// TestDefragLargeValues defrags a file whose live data is mostly large
+// values (multi-page leaf runs), as the quota cycle leaves it: 1 MiB values
+// written, most deleted. Runs that start below the shrink target but reach
+// into the tail must move too, or the file cannot be truncated.
+func TestDefragLargeValues(t *testing.T) {
+	path := tmpDB(t)
+	db := openT(t, path, &Options{NoSync: true, StrictMode: true})
+	const n = 24
+	for i := uint64(0); i < n; i++ {
+		err := db.Update(func(tx *Tx) error {
+			b, err := tx.CreateBucketIfNotExists([]byte("key"))
+			if err != nil {
+				return err
+			}
+			return b.Put(revKey(i), defragValue(i, 1<<20))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := db.Update(func(tx *Tx) error {
+		b, _ := tx.Bucket([]byte("key"))
+		for i := uint64(0); i < n; i++ {
+			if i%4 != 3 {
+				if err := b.Delete(revKey(i)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := dump(t, db)
+	before := db.Stats()
+	for step := 0; ; step++ {
+		r, err := db.DefragStep(64)
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		if r.Done {
+			break
+		}
+		if step > 10000 {
+			t.Fatal("defrag does not finish")
+		}
+	}
+	sameContents(t, dump(t, db), want)
+	st := db.Stats()
+	t.Logf("file %d -> %d bytes, in use %d", before.FileSize, st.FileSize, st.InUseBytes)
+	if float64(st.FileSize) > 1.2*float64(st.InUseBytes) {
+		t.Fatalf("file %d bytes, in use %d: more than 1.2x", st.FileSize, st.InUseBytes)
+	}
+}

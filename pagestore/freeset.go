@@ -102,6 +102,20 @@ func (s *freeSet) alloc(n uint64) (pgid, bool) {
 	return 0, false
 }
 
+// fitsBelow reports whether n contiguous free pages exist that end at or
+// below limit.
+func (s *freeSet) fitsBelow(n uint64, limit pgid) bool {
+	for _, e := range s.ext {
+		if e.start+pgid(n) > limit {
+			return false
+		}
+		if e.n >= n {
+			return true
+		}
+	}
+	return false
+}
+
 // clip removes every page >= hwm.
 func (s *freeSet) clip(hwm pgid) {
 	for len(s.ext) > 0 {
