@@ -19,6 +19,7 @@ import (
 )
 
 const diskUsage = `usage: stratabench disk --dir DIR [flags]
+       stratabench disk compare --fio FIO.json --bench BENCH.json [--tolerance 25]
 
 Measures what etcd's fio profile (fio-profiles/etcd-wal.fio) measures:
 sequential 2300-byte writes to one file in DIR, each followed by fdatasync.
@@ -35,6 +36,9 @@ func diskMain(args []string) int {
 }
 
 func runDisk(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "compare" {
+		return runDiskCompare(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("stratabench disk", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
@@ -159,4 +163,57 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("invalid size %q", s)
 	}
 	return v * mult, nil
+}
+
+// runDiskCompare sets a fio JSON result beside a `stratabench disk -w
+// json` result and fails (exit 1) when their sequential sync IOPS differ
+// by more than the tolerance.
+func runDiskCompare(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("stratabench disk compare", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fioFile := fs.String("fio", "", "fio --output-format=json output of fio-profiles/etcd-wal.fio")
+	benchFile := fs.String("bench", "", "stratabench disk -w json output")
+	tol := fs.Float64("tolerance", 25, "largest accepted IOPS difference, in percent of fio's")
+	format := fs.String("w", "simple", "output format: simple or json")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *fioFile == "" || *benchFile == "" || fs.NArg() > 0 || *tol < 0 || (*format != "simple" && *format != "json") {
+		fmt.Fprintln(stderr, "usage: stratabench disk compare --fio FIO.json --bench BENCH.json [--tolerance PERCENT] [-w simple|json]")
+		return 2
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "stratabench disk compare: %v\n", err)
+		return 1
+	}
+	data, err := os.ReadFile(*fioFile)
+	if err != nil {
+		return fail(err)
+	}
+	fr, err := disk.ParseFio(data)
+	if err != nil {
+		return fail(fmt.Errorf("%s: %w", *fioFile, err))
+	}
+	data, err = os.ReadFile(*benchFile)
+	if err != nil {
+		return fail(err)
+	}
+	var br disk.Result
+	if err := json.Unmarshal(data, &br); err != nil || br.Writes == 0 {
+		return fail(fmt.Errorf("%s: not the output of stratabench disk -w json", *benchFile))
+	}
+	c := disk.Compare(fr, &br, *tol/100)
+	if *format == "json" {
+		out, _ := json.MarshalIndent(c, "", "  ")
+		fmt.Fprintln(stdout, string(out))
+	} else {
+		fmt.Fprint(stdout, c.String())
+	}
+	if !c.Agree {
+		return 1
+	}
+	return 0
 }

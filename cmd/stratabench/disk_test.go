@@ -64,3 +64,34 @@ func TestDiskCommand(t *testing.T) {
 		t.Errorf("missing dir: rc %d, want 1", rc)
 	}
 }
+
+func TestDiskCompareCommand(t *testing.T) {
+	dir := t.TempDir()
+	bench := filepath.Join(dir, "sb.json")
+	var out, errb bytes.Buffer
+	fioJSON := "../../bench/disk/testdata/fio-etcd-wal.json" // 461.5 IOPS
+	write := func(iops float64) {
+		b, _ := json.Marshal(map[string]any{"writes": 10, "iops": iops})
+		os.WriteFile(bench, b, 0o644)
+	}
+	write(470)
+	if rc := runDisk([]string{"compare", "--fio", fioJSON, "--bench", bench}, &out, &errb); rc != 0 {
+		t.Fatalf("rc %d: %s %s", rc, out.String(), errb.String())
+	}
+	if !strings.Contains(out.String(), "sync IOPS") {
+		t.Fatalf("no table: %s", out.String())
+	}
+	write(900)
+	if rc := runDisk([]string{"compare", "--fio", fioJSON, "--bench", bench}, &out, &errb); rc != 1 {
+		t.Fatalf("disagreement: rc %d", rc)
+	}
+	if rc := runDisk([]string{"compare", "--fio", fioJSON, "--bench", bench, "--tolerance", "100"}, &out, &errb); rc != 0 {
+		t.Fatalf("tolerance 100%%: rc %d", rc)
+	}
+	if rc := runDisk([]string{"compare", "--fio", bench, "--bench", bench}, &out, &errb); rc != 1 {
+		t.Fatalf("bad fio file: rc %d", rc)
+	}
+	if rc := runDisk([]string{"compare", "--fio", fioJSON}, &out, &errb); rc != 2 {
+		t.Fatalf("missing --bench: rc %d", rc)
+	}
+}
