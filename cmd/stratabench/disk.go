@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/strata-db/strata/bench/disk"
+	"github.com/strata-db/strata/bench/disk/diskplot"
 	"github.com/strata-db/strata/tools/progress"
 )
 
@@ -76,7 +77,7 @@ func runDisk(args []string, stdout, stderr io.Writer) int {
 		return usageErr("--write-out must be simple or json, not %q", *format)
 	}
 	if *plotFile != "" {
-		if _, err := disk.PlotFormat(*plotFile); err != nil {
+		if _, err := diskplot.Format(*plotFile); err != nil {
 			return usageErr("%v", err)
 		}
 	}
@@ -118,7 +119,7 @@ func runDisk(args []string, stdout, stderr io.Writer) int {
 	}
 	bar.Finish()
 	if *plotFile != "" {
-		if err := disk.WritePlot(res, *plotFile); err != nil {
+		if err := diskplot.Write(res, *plotFile); err != nil {
 			fmt.Fprintf(stderr, "stratabench disk: %v\n", err)
 			return 1
 		}

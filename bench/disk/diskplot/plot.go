@@ -1,4 +1,8 @@
-package disk
+// Package diskplot draws stratabench disk's fdatasync latency histogram
+// with gonum.org/v1/plot, as PNG, SVG or an HTML page. It is apart from
+// package disk so that the server, which runs disk's probe, does not link
+// the plotting library.
+package diskplot
 
 import (
 	"bytes"
@@ -15,11 +19,13 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/strata-db/strata/bench/disk"
 )
 
-// PlotFormat returns the picture format for a --plot file name: "png",
+// Format returns the picture format for a --plot file name: "png",
 // "svg" or "html", or an error for any other extension.
-func PlotFormat(name string) (string, error) {
+func Format(name string) (string, error) {
 	switch ext := strings.ToLower(filepath.Ext(name)); ext {
 	case ".png", ".svg", ".html", ".htm":
 		if ext == ".htm" {
@@ -61,7 +67,7 @@ func histogram(d []time.Duration) []plotter.HistogramBin {
 
 // newPlot draws the fdatasync latency histogram with the percentiles and
 // etcd's 10 ms limit marked.
-func newPlot(r *Result) (*plot.Plot, error) {
+func newPlot(r *disk.Result) (*plot.Plot, error) {
 	bins := histogram(r.Syncs)
 	if len(bins) == 0 {
 		return nil, fmt.Errorf("plot: no samples")
@@ -96,10 +102,10 @@ func newPlot(r *Result) (*plot.Plot, error) {
 		color color.Color
 		dash  bool
 	}{
-		{"p50 " + fmtDur(r.Sync.P50), r.Sync.P50, color.RGBA{G: 140, A: 255}, false},
-		{"p99 " + fmtDur(r.Sync.P99), r.Sync.P99, color.RGBA{R: 230, G: 140, A: 255}, false},
-		{"p99.9 " + fmtDur(r.Sync.P999), r.Sync.P999, color.RGBA{R: 150, B: 150, A: 255}, false},
-		{"etcd limit for p99: 10 ms", MaxP99, color.RGBA{R: 220, A: 255}, true},
+		{"p50 " + disk.FormatDuration(r.Sync.P50), r.Sync.P50, color.RGBA{G: 140, A: 255}, false},
+		{"p99 " + disk.FormatDuration(r.Sync.P99), r.Sync.P99, color.RGBA{R: 230, G: 140, A: 255}, false},
+		{"p99.9 " + disk.FormatDuration(r.Sync.P999), r.Sync.P999, color.RGBA{R: 150, B: 150, A: 255}, false},
+		{"etcd limit for p99: 10 ms", disk.MaxP99, color.RGBA{R: 220, A: 255}, true},
 	}
 	for _, m := range marks {
 		l, err := plotter.NewLine(plotter.XYs{{X: ms(m.at), Y: ymin}, {X: ms(m.at), Y: ytop}})
@@ -121,7 +127,7 @@ func newPlot(r *Result) (*plot.Plot, error) {
 	p.Legend.TextStyle.Font.Size = vg.Points(10)
 	p.Title.TextStyle.Font.Size = vg.Points(11)
 	p.Y.Min, p.Y.Max = ymin, axisTop
-	p.X.Max = math.Max(p.X.Max, ms(MaxP99)*1.5)
+	p.X.Max = math.Max(p.X.Max, ms(disk.MaxP99)*1.5)
 	p.X.Min = math.Min(p.X.Min, bins[0].Min)
 	return p, nil
 }
@@ -151,10 +157,10 @@ func (logTicks125) Ticks(lo, hi float64) []plot.Tick {
 	return ts
 }
 
-// WritePlot writes the fdatasync latency histogram to name, as PNG, SVG or
+// Write writes the fdatasync latency histogram to name, as PNG, SVG or
 // a self-contained HTML page (SVG plus the summary), by its extension.
-func WritePlot(r *Result, name string) error {
-	format, err := PlotFormat(name)
+func Write(r *disk.Result, name string) error {
+	format, err := Format(name)
 	if err != nil {
 		return err
 	}
@@ -177,7 +183,7 @@ func WritePlot(r *Result, name string) error {
 	out := img.Bytes()
 	if format == "html" {
 		var page bytes.Buffer
-		if err := htmlPage.Execute(&page, htmlData{R: r, SVG: template.HTML(svgBody(out)), Summary: Summary(r)}); err != nil {
+		if err := htmlPage.Execute(&page, htmlData{R: r, SVG: template.HTML(svgBody(out)), Summary: disk.Summary(r)}); err != nil {
 			return err
 		}
 		out = page.Bytes()
@@ -198,7 +204,7 @@ func svgBody(svg []byte) string {
 }
 
 type htmlData struct {
-	R       *Result
+	R       *disk.Result
 	SVG     template.HTML
 	Summary string
 }
