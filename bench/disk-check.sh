@@ -5,15 +5,17 @@
 # percentiles) and fails if their IOPS differ by more than TOLERANCE
 # percent of fio's.
 #
-# Disk timings are noisy on shared machines, so a disagreement is not
-# final: the pair is run again, in the other order (stratabench first),
-# up to ATTEMPTS pairs in all; the check passes as soon as one pair agrees.
+# Disk timings are noisy on shared machines, so each attempt runs the two
+# tools interleaved, ABBA (fio, stratabench, stratabench, fio), and
+# compares pooled IOPS (all writes over all the time). A disagreement is
+# not final: the attempt is repeated the other way round (BAAB), up to
+# ATTEMPTS in all; the check passes as soon as one attempt agrees.
 #
 #   make disk-check DIR=/var/lib/etcd-test     # full profile (22 MiB each)
 #   SHORT=1 bash bench/disk-check.sh DIR       # RUNTIME seconds each
 #
-# Environment: SHORT=1 (stop each run after RUNTIME seconds, default 3),
-# ATTEMPTS (default 3), TOLERANCE (percent, default 25), STRATABENCH
+# Environment: SHORT=1 (stop each run after RUNTIME seconds, default 2),
+# ATTEMPTS (default 2), TOLERANCE (percent, default 25), STRATABENCH
 # (default bin/stratabench). fio is installed from Debian's packages when
 # missing (apt-get, through sudo unless root).
 set -euo pipefail
@@ -25,8 +27,8 @@ if [[ $# -ne 1 || -z $1 ]]; then
 fi
 DIR=$1
 SHORT=${SHORT:-}
-RUNTIME=${RUNTIME:-3}
-ATTEMPTS=${ATTEMPTS:-3}
+RUNTIME=${RUNTIME:-2}
+ATTEMPTS=${ATTEMPTS:-2}
 TOLERANCE=${TOLERANCE:-25}
 STRATABENCH=${STRATABENCH:-bin/stratabench}
 PROFILE=fio-profiles/etcd-wal.fio
@@ -69,20 +71,32 @@ run_fio() {
 	rm -f "$fiofile"
 }
 run_sb() {
-	"$STRATABENCH" "${sb_args[@]}" >"$work/sb.$1.json"
+	# The progress bar is kept for failures only.
+	"$STRATABENCH" "${sb_args[@]}" >"$work/sb.$1.json" 2>"$work/sb.$1.err" || { cat "$work/sb.$1.err" >&2; return 1; }
 }
 
 for ((a = 1; a <= ATTEMPTS; a++)); do
+	# ABBA: each tool runs twice, first and last or in the middle, so a
+	# load that rises or falls during the attempt weighs on both alike.
 	if ((a % 2 == 1)); then
-		echo "--- attempt $a of $ATTEMPTS: fio, then stratabench"
-		run_fio "$a"
-		run_sb "$a"
+		order=(fio sb sb fio)
 	else
-		echo "--- attempt $a of $ATTEMPTS: stratabench, then fio"
-		run_sb "$a"
-		run_fio "$a"
+		order=(sb fio fio sb)
 	fi
-	if "$STRATABENCH" disk compare --fio "$work/fio.$a.json" --bench "$work/sb.$a.json" --tolerance "$TOLERANCE"; then
+	echo "--- attempt $a of $ATTEMPTS: ${order[*]}"
+	nf=0 nb=0 cmp=()
+	for tool in "${order[@]}"; do
+		if [[ $tool == fio ]]; then
+			nf=$((nf + 1))
+			run_fio "$a.$nf"
+			cmp+=(--fio "$work/fio.$a.$nf.json")
+		else
+			nb=$((nb + 1))
+			run_sb "$a.$nb"
+			cmp+=(--bench "$work/sb.$a.$nb.json")
+		fi
+	done
+	if "$STRATABENCH" disk compare "${cmp[@]}" --tolerance "$TOLERANCE"; then
 		echo "disk-check: PASS (attempt $a): stratabench disk and fio agree on sequential sync IOPS within ±$TOLERANCE%"
 		exit 0
 	fi

@@ -78,33 +78,95 @@ func ParseFio(data []byte) (*FioResult, error) {
 	}, nil
 }
 
-// Comparison sets a fio run beside a stratabench disk run.
+// Comparison sets fio runs beside stratabench disk runs. With several
+// runs of each (interleaved, so that load on a shared machine falls on
+// both), IOPS are pooled: all writes over all the time; latencies are the
+// mean of each run's figure.
 type Comparison struct {
-	Fio   *FioResult `json:"fio"`
-	Bench *Result    `json:"stratabench"`
-	// Ratio is stratabench's IOPS over fio's.
+	FioRuns   []*FioResult `json:"fio_runs"`
+	BenchRuns []*Result    `json:"stratabench_runs"`
+	Fio       FioResult    `json:"fio"`
+	Bench     Result       `json:"stratabench"`
+	// Ratio is stratabench's pooled IOPS over fio's.
 	Ratio float64 `json:"iops_ratio"`
 	// Tolerance is the largest accepted |Ratio-1|.
 	Tolerance float64 `json:"tolerance"`
 	Agree     bool    `json:"agree"`
 }
 
-// Compare checks that the two sequential sync IOPS agree within tol (0.25
-// for ±25%), relative to fio's.
-func Compare(f *FioResult, r *Result, tol float64) Comparison {
-	c := Comparison{Fio: f, Bench: r, Tolerance: tol}
-	if f.IOPS > 0 {
-		c.Ratio = r.IOPS / f.IOPS
+// meanLatency averages latency summaries field by field.
+func meanLatency(ls []Latency) Latency {
+	var m Latency
+	if len(ls) == 0 {
+		return m
 	}
-	c.Agree = f.IOPS > 0 && math.Abs(c.Ratio-1) <= tol
+	n := time.Duration(len(ls))
+	for _, l := range ls {
+		m.Min += l.Min / n
+		m.Mean += l.Mean / n
+		m.P50 += l.P50 / n
+		m.P90 += l.P90 / n
+		m.P99 += l.P99 / n
+		m.P999 += l.P999 / n
+		m.Max = max(m.Max, l.Max)
+	}
+	return m
+}
+
+// Compare checks that the pooled sequential sync IOPS of the fio runs and
+// the stratabench runs agree within tol (0.25 for ±25%), relative to
+// fio's. Both lists must be non-empty.
+func Compare(fio []*FioResult, bench []*Result, tol float64) Comparison {
+	c := Comparison{FioRuns: fio, BenchRuns: bench, Tolerance: tol}
+	var ls []Latency
+	for _, f := range fio {
+		c.Fio.Job, c.Fio.Version = f.Job, f.Version
+		c.Fio.Writes += f.Writes
+		c.Fio.Runtime += f.Runtime
+		ls = append(ls, f.Sync)
+	}
+	c.Fio.Sync = meanLatency(ls)
+	if c.Fio.Runtime > 0 {
+		c.Fio.IOPS = float64(c.Fio.Writes) / c.Fio.Runtime.Seconds()
+	} else if len(fio) == 1 {
+		c.Fio.IOPS = fio[0].IOPS
+	}
+	ls = ls[:0]
+	for _, r := range bench {
+		c.Bench.Dir, c.Bench.BlockSize = r.Dir, r.BlockSize
+		c.Bench.Writes += r.Writes
+		c.Bench.Bytes += r.Bytes
+		c.Bench.Elapsed += r.Elapsed
+		ls = append(ls, r.Sync)
+	}
+	c.Bench.Sync = meanLatency(ls)
+	if c.Bench.Elapsed > 0 {
+		c.Bench.IOPS = float64(c.Bench.Writes) / c.Bench.Elapsed.Seconds()
+	} else if len(bench) == 1 {
+		c.Bench.IOPS = bench[0].IOPS
+	}
+	if c.Fio.IOPS > 0 {
+		c.Ratio = c.Bench.IOPS / c.Fio.IOPS
+	}
+	c.Agree = c.Fio.IOPS > 0 && math.Abs(c.Ratio-1) <= tol
 	return c
 }
 
-// String prints the two runs side by side.
+// String prints the two sides next to each other.
 func (c Comparison) String() string {
 	var b strings.Builder
-	row := func(name, fio, sb string) { fmt.Fprintf(&b, "%-16s %16s %18s\n", name, fio, sb) }
+	row := func(name, fio, sb string) { fmt.Fprintf(&b, "%-16s %20s %20s\n", name, fio, sb) }
 	row("", "fio "+c.Fio.Job, "stratabench disk")
+	if len(c.FioRuns) > 1 || len(c.BenchRuns) > 1 {
+		var fr, br []string
+		for _, f := range c.FioRuns {
+			fr = append(fr, fmt.Sprintf("%.0f", f.IOPS))
+		}
+		for _, r := range c.BenchRuns {
+			br = append(br, fmt.Sprintf("%.0f", r.IOPS))
+		}
+		row("IOPS by run", strings.Join(fr, " "), strings.Join(br, " "))
+	}
 	row("writes", fmt.Sprint(c.Fio.Writes), fmt.Sprint(c.Bench.Writes))
 	row("time", fmt.Sprintf("%.2f s", c.Fio.Runtime.Seconds()), fmt.Sprintf("%.2f s", c.Bench.Elapsed.Seconds()))
 	row("sync IOPS", fmt.Sprintf("%.0f", c.Fio.IOPS), fmt.Sprintf("%.0f", c.Bench.IOPS))

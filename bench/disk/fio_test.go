@@ -41,16 +41,38 @@ func TestCompare(t *testing.T) {
 		iops  float64
 		agree bool
 	}{{1000, true}, {1250, true}, {750, true}, {1251, false}, {749, false}} {
-		got := Compare(f, &Result{IOPS: c.iops}, 0.25)
+		got := Compare([]*FioResult{f}, []*Result{{IOPS: c.iops}}, 0.25)
 		if got.Agree != c.agree {
 			t.Errorf("IOPS %v vs 1000: agree %v", c.iops, got.Agree)
 		}
 	}
-	if Compare(&FioResult{}, &Result{IOPS: 5}, 0.25).Agree {
+	if Compare([]*FioResult{{}}, []*Result{{IOPS: 5}}, 0.25).Agree {
 		t.Error("zero fio IOPS agreed")
 	}
-	s := Compare(f, &Result{IOPS: 800}, 0.25).String()
+	s := Compare([]*FioResult{f}, []*Result{{IOPS: 800}}, 0.25).String()
 	if !strings.Contains(s, "0.800") || !strings.Contains(s, "agree, within ±25%") {
 		t.Errorf("%s", s)
+	}
+}
+
+func TestComparePools(t *testing.T) {
+	// A fast and a slow period hit one run of each side.
+	fio := []*FioResult{
+		{Writes: 3000, Runtime: time.Second, IOPS: 3000, Sync: Latency{P99: 2 * time.Millisecond, Max: 5 * time.Millisecond}},
+		{Writes: 1000, Runtime: time.Second, IOPS: 1000, Sync: Latency{P99: 4 * time.Millisecond, Max: 9 * time.Millisecond}},
+	}
+	bench := []*Result{
+		{Writes: 1100, Elapsed: time.Second, IOPS: 1100},
+		{Writes: 2900, Elapsed: time.Second, IOPS: 2900},
+	}
+	c := Compare(fio, bench, 0.25)
+	if c.Fio.IOPS != 2000 || c.Bench.IOPS != 2000 || c.Ratio != 1 || !c.Agree {
+		t.Fatalf("%+v", c)
+	}
+	if c.Fio.Sync.P99 != 3*time.Millisecond || c.Fio.Sync.Max != 9*time.Millisecond {
+		t.Fatalf("latencies %+v", c.Fio.Sync)
+	}
+	if s := c.String(); !strings.Contains(s, "3000 1000") || !strings.Contains(s, "1100 2900") {
+		t.Errorf("no per-run IOPS:\n%s", s)
 	}
 }

@@ -20,7 +20,7 @@ import (
 )
 
 const diskUsage = `usage: stratabench disk --dir DIR [flags]
-       stratabench disk compare --fio FIO.json --bench BENCH.json [--tolerance 25]
+       stratabench disk compare --fio FIO.json... --bench BENCH.json... [--tolerance 25]
 
 Measures what etcd's fio profile (fio-profiles/etcd-wal.fio) measures:
 sequential 2300-byte writes to one file in DIR, each followed by fdatasync.
@@ -166,14 +166,16 @@ func parseSize(s string) (int64, error) {
 	return v * mult, nil
 }
 
-// runDiskCompare sets a fio JSON result beside a `stratabench disk -w
-// json` result and fails (exit 1) when their sequential sync IOPS differ
-// by more than the tolerance.
+// runDiskCompare sets fio JSON results beside `stratabench disk -w json`
+// results (several runs of each are pooled, see disk.Compare) and fails
+// (exit 1) when their sequential sync IOPS differ by more than the
+// tolerance.
 func runDiskCompare(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("stratabench disk compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fioFile := fs.String("fio", "", "fio --output-format=json output of fio-profiles/etcd-wal.fio")
-	benchFile := fs.String("bench", "", "stratabench disk -w json output")
+	var fioFiles, benchFiles fileList
+	fs.Var(&fioFiles, "fio", "fio --output-format=json output of fio-profiles/etcd-wal.fio (repeat for several runs)")
+	fs.Var(&benchFiles, "bench", "stratabench disk -w json output (repeat for several runs)")
 	tol := fs.Float64("tolerance", 25, "largest accepted IOPS difference, in percent of fio's")
 	format := fs.String("w", "simple", "output format: simple or json")
 	if err := fs.Parse(args); err != nil {
@@ -182,31 +184,39 @@ func runDiskCompare(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	if *fioFile == "" || *benchFile == "" || fs.NArg() > 0 || *tol < 0 || (*format != "simple" && *format != "json") {
-		fmt.Fprintln(stderr, "usage: stratabench disk compare --fio FIO.json --bench BENCH.json [--tolerance PERCENT] [-w simple|json]")
+	if len(fioFiles) == 0 || len(benchFiles) == 0 || fs.NArg() > 0 || *tol < 0 || (*format != "simple" && *format != "json") {
+		fmt.Fprintln(stderr, "usage: stratabench disk compare --fio FIO.json... --bench BENCH.json... [--tolerance PERCENT] [-w simple|json]")
 		return 2
 	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "stratabench disk compare: %v\n", err)
 		return 1
 	}
-	data, err := os.ReadFile(*fioFile)
-	if err != nil {
-		return fail(err)
+	var fio []*disk.FioResult
+	for _, name := range fioFiles {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			return fail(err)
+		}
+		fr, err := disk.ParseFio(data)
+		if err != nil {
+			return fail(fmt.Errorf("%s: %w", name, err))
+		}
+		fio = append(fio, fr)
 	}
-	fr, err := disk.ParseFio(data)
-	if err != nil {
-		return fail(fmt.Errorf("%s: %w", *fioFile, err))
+	var bench []*disk.Result
+	for _, name := range benchFiles {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			return fail(err)
+		}
+		br := new(disk.Result)
+		if err := json.Unmarshal(data, br); err != nil || br.Writes == 0 {
+			return fail(fmt.Errorf("%s: not the output of stratabench disk -w json", name))
+		}
+		bench = append(bench, br)
 	}
-	data, err = os.ReadFile(*benchFile)
-	if err != nil {
-		return fail(err)
-	}
-	var br disk.Result
-	if err := json.Unmarshal(data, &br); err != nil || br.Writes == 0 {
-		return fail(fmt.Errorf("%s: not the output of stratabench disk -w json", *benchFile))
-	}
-	c := disk.Compare(fr, &br, *tol/100)
+	c := disk.Compare(fio, bench, *tol/100)
 	if *format == "json" {
 		out, _ := json.MarshalIndent(c, "", "  ")
 		fmt.Fprintln(stdout, string(out))
@@ -218,3 +228,9 @@ func runDiskCompare(args []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// fileList is a repeatable file-name flag.
+type fileList []string
+
+func (l *fileList) String() string     { return strings.Join(*l, ",") }
+func (l *fileList) Set(v string) error { *l = append(*l, v); return nil }
