@@ -9,7 +9,7 @@ DATA_DIR ?= default.strata
 # Fuzz time per target inside `make test`; `make fuzz-long` runs longer.
 FUZZTIME ?= 30s
 
-.PHONY: all build run test unit fuzz fuzz-long bench bench-engine bench-compare vet fmt-check clean e2e e2e-bin
+.PHONY: all build run test unit fuzz fuzz-long bench bench-engine bench-compare vet fmt-check clean e2e e2e-bin disk-check disk-check-short
 
 # Differential scenarios (e2e/scenarios_*_test.go) that strata must pass
 # against real etcd 3.7.
@@ -49,7 +49,21 @@ fuzz:
 fuzz-long:
 	$(MAKE) fuzz FUZZTIME=10m
 
-test: fmt-check vet build unit e2e fuzz
+test: fmt-check vet build disk-check-short unit e2e fuzz
+
+# fio's etcd-wal.fio and stratabench disk on the same directory, side by
+# side; fails if their sequential sync IOPS differ by more than 25%.
+# Installs fio from Debian's packages when missing.
+disk-check: build
+	@if [ -z "$(DIR)" ]; then echo "usage: make disk-check DIR=/a/directory/on/the/disk"; exit 2; fi
+	bash bench/disk-check.sh "$(DIR)"
+
+# The same, 2 seconds per run (4 runs, 8 s; twice on disagreement), on a directory of this checkout's
+# disk (not /tmp, which may be tmpfs, where fdatasync does nothing).
+DISK_CHECK_DIR ?= $(CURDIR)/tmp/disk-check
+disk-check-short: build
+	SHORT=1 bash bench/disk-check.sh "$(DISK_CHECK_DIR)"
+	@rmdir "$(DISK_CHECK_DIR)" 2>/dev/null || true
 
 # Builds etcd, etcdctl, etcdutl 3.7.3 and etcd's benchmark tool from the Go
 # module proxy into $(go env GOCACHE)/../strata-e2e-bin (once).

@@ -123,6 +123,7 @@ func (m *metrics) register(s *Server) {
 		collectors.NewGoCollector(),
 	}
 	cs = append(cs, m.wal.Collectors()...)
+	cs = append(cs, s.disk.collectors()...)
 	for _, c := range cs {
 		m.reg.MustRegister(c)
 	}

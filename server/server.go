@@ -63,6 +63,7 @@ type Server struct {
 	wait    *waitRegistry
 	reqIDs  *idGenerator
 	metrics *metrics
+	disk    diskBatching // the start-up disk probe and the batching sized from it
 
 	grpc      *grpc.Server
 	httpSrv   []*http.Server
@@ -100,8 +101,11 @@ func New(cfg *config.Config, lg *slog.Logger) (_ *Server, err error) {
 	if s.db, err = pagestore.Open(cfg.BackendPath(), &pagestore.Options{Logger: lg}); err != nil {
 		return nil, fmt.Errorf("open backend %s: %w", cfg.BackendPath(), err)
 	}
+	// After the page store's lock, so a second server on this data dir
+	// fails before it writes anything in the WAL dir.
+	s.disk = sizeBatching(cfg, lg)
 	s.be, err = mvcc.NewBackend(s.db, mvcc.BackendConfig{
-		BatchInterval: cfg.BackendBatchInterval, BatchLimit: cfg.BackendBatchLimit, Logger: lg,
+		BatchInterval: s.disk.backendBatchInterval, BatchLimit: cfg.BackendBatchLimit, Logger: lg,
 		OnCommit: s.metrics.observeBackendCommit,
 	})
 	if err != nil {
@@ -141,8 +145,9 @@ func New(cfg *config.Config, lg *slog.Logger) (_ *Server, err error) {
 	}
 	s.node, err = raft.Start(raft.Config{
 		ID: s.id, ClusterID: s.cluster, Peers: peers,
-		WALDir:       cfg.WALDir(),
-		WAL:          &wal.Options{MaxWALs: maxWALs, Logger: lg, Metrics: s.metrics.wal},
+		WALDir: cfg.WALDir(),
+		WAL: &wal.Options{MaxWALs: maxWALs, Logger: lg, Metrics: s.metrics.wal,
+			GroupCommitWindow: s.disk.walGroupCommitWindow},
 		TickInterval: cfg.HeartbeatInterval(), ElectionTicks: cfg.ElectionTicks(), HeartbeatTicks: 1,
 		SnapshotCount: cfg.SnapshotCount, CatchUpEntries: cfg.SnapshotCatchUpEntries,
 		PreVote:      cfg.PreVote,

@@ -331,14 +331,25 @@ func (w *WAL) runBatch(b *batch) {
 // the sync in flight, half queued behind it). It yields until as many
 // waiters as last time are queued, for at most a quarter of the last
 // write-and-sync time, so a batch costs at most 25% more latency to double
-// in size. A lone writer never gets here. Called with mu held.
+// in size, and never longer than Options.GroupCommitWindow when that is
+// set. A lone writer never gets here. Called with mu held.
 func (w *WAL) gather(want int, lastSync time.Duration) {
-	deadline := time.Now().Add(lastSync / 4)
+	deadline := time.Now().Add(gatherWait(lastSync, w.opts.GroupCommitWindow))
 	for len(w.queue.waiters) < want && !w.closing && time.Now().Before(deadline) {
 		w.mu.Unlock()
 		runtime.Gosched()
 		w.mu.Lock()
 	}
+}
+
+// gatherWait is gather's longest wait: a quarter of the last
+// write-and-sync time, capped by window when it is positive.
+func gatherWait(lastSync, window time.Duration) time.Duration {
+	d := lastSync / 4
+	if window > 0 && d > window {
+		d = window
+	}
+	return d
 }
 
 // writeBatch writes b's records, cutting segments where placeUnit said,

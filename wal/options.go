@@ -3,6 +3,7 @@ package wal
 import (
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/strata-db/strata/vfs"
 )
@@ -64,6 +65,13 @@ type Options struct {
 	// cost of writing each segment twice. Set it on file systems that
 	// copy on write (btrfs, zfs), where overwrites gain nothing.
 	NoZeroFill bool
+	// GroupCommitWindow caps how long the syncer waits, under load, for
+	// the writers its last batch released to append again before it
+	// starts the next write (see gather): that wait is a quarter of the
+	// last write-and-sync time, and at most this long. Default (0): no cap.
+	// The server sets it from the disk probe so that one slow sync does not
+	// stretch the next batch's wait.
+	GroupCommitWindow time.Duration
 	// Logger receives recovery and lifecycle messages. Default: discard.
 	Logger *slog.Logger
 	// Metrics, if set, observes write and fsync durations and bytes.

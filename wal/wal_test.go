@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -290,5 +291,18 @@ func TestLastSnapshot(t *testing.T) {
 	}
 	if s.Index != 90 || s.Term != 3 || len(s.ConfState.GetVoters()) != 3 {
 		t.Fatalf("last snapshot %+v", s)
+	}
+}
+
+func TestGatherWait(t *testing.T) {
+	for _, c := range []struct{ last, window, want time.Duration }{
+		{4 * time.Millisecond, 0, time.Millisecond},
+		{4 * time.Millisecond, 500 * time.Microsecond, 500 * time.Microsecond},
+		{4 * time.Millisecond, 2 * time.Millisecond, time.Millisecond},
+		{0, time.Millisecond, 0},
+	} {
+		if got := gatherWait(c.last, c.window); got != c.want {
+			t.Errorf("gatherWait(%v, %v) = %v, want %v", c.last, c.window, got, c.want)
+		}
 	}
 }

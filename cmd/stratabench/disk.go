@@ -1,12 +1,236 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/strata-db/strata/bench/disk"
+	"github.com/strata-db/strata/bench/disk/diskplot"
+	"github.com/strata-db/strata/tools/progress"
 )
+
+const diskUsage = `usage: stratabench disk --dir DIR [flags]
+       stratabench disk compare --fio FIO.json... --bench BENCH.json... [--tolerance 25]
+
+Measures what etcd's fio profile (fio-profiles/etcd-wal.fio) measures:
+sequential 2300-byte writes to one file in DIR, each followed by fdatasync.
+Reports fdatasync latency percentiles, sequential sync IOPS and a verdict
+against etcd's guidance (p99 fdatasync under 10 ms; at least 50 IOPS,
+preferably 500).
+
+Flags:
+`
 
 // diskMain runs `stratabench disk`.
 func diskMain(args []string) int {
-	fmt.Fprintln(os.Stderr, "stratabench disk: not built yet")
-	return 2
+	return runDisk(args, os.Stdout, os.Stderr)
 }
+
+func runDisk(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "compare" {
+		return runDiskCompare(args[1:], stdout, stderr)
+	}
+	fs := flag.NewFlagSet("stratabench disk", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		dir      = fs.String("dir", "", "directory on the device to test (required; must exist)")
+		plotFile = fs.String("plot", "", "write a fdatasync latency histogram to `FILE` (.png, .svg or .html)")
+		bs       = fs.String("bs", "2300", "block size of each write, in bytes (k, m suffixes: KiB, MiB)")
+		size     = fs.String("size", "22m", "file size: the test writes it once (fio's --size; k, m, g suffixes)")
+		count    = fs.Int("count", 0, "stop after this many writes (0: write the whole file)")
+		duration = fs.Duration("duration", 0, "stop after this long (0: write the whole file), like fio's --runtime")
+		keep     = fs.Bool("keep", false, "leave the test file in DIR")
+		format   = fs.String("write-out", "simple", "output format: simple or json")
+	)
+	fs.StringVar(format, "w", "simple", "short for --write-out")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, diskUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	usageErr := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "stratabench disk: "+format+"\n", a...)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return usageErr("unexpected argument %q", fs.Arg(0))
+	}
+	if *dir == "" {
+		return usageErr("--dir is required")
+	}
+	if *format != "simple" && *format != "json" {
+		return usageErr("--write-out must be simple or json, not %q", *format)
+	}
+	if *plotFile != "" {
+		if _, err := diskplot.Format(*plotFile); err != nil {
+			return usageErr("%v", err)
+		}
+	}
+	blockSize, err := parseSize(*bs)
+	if err != nil || blockSize <= 0 || blockSize > 64<<20 {
+		return usageErr("--bs %q: want a size from 1 byte to 64m", *bs)
+	}
+	fileSize, err := parseSize(*size)
+	if err != nil || fileSize < blockSize {
+		return usageErr("--size %q: want a size of at least one block (%d bytes)", *size, blockSize)
+	}
+	if *count < 0 || *duration < 0 {
+		return usageErr("--count and --duration must not be negative")
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	planned := fileSize / blockSize
+	if *count > 0 {
+		planned = min(planned, int64(*count))
+	}
+	bar := progress.NewTo(stderr, "fdatasync", planned, "writes")
+	res, err := disk.Run(ctx, disk.Options{
+		Dir: *dir, BlockSize: int(blockSize), Size: fileSize, Count: *count, Duration: *duration, Keep: *keep,
+		Progress: func(done, planned int, elapsed time.Duration) {
+			total := int64(planned)
+			if *duration > 0 && elapsed > 0 && done < planned {
+				// The run ends at the deadline: estimate where.
+				total = min(total, max(int64(done)+1, int64(float64(done)*float64(*duration)/float64(elapsed))))
+			}
+			bar.SetTotal(total)
+			bar.Set(int64(done))
+		},
+	})
+	if err != nil {
+		fmt.Fprintln(stderr)
+		fmt.Fprintf(stderr, "stratabench disk: %v\n", err)
+		return 1
+	}
+	bar.Finish()
+	if *plotFile != "" {
+		if err := diskplot.Write(res, *plotFile); err != nil {
+			fmt.Fprintf(stderr, "stratabench disk: %v\n", err)
+			return 1
+		}
+	}
+	if *format == "json" {
+		out, err := json.MarshalIndent(res, "", "  ")
+		if err != nil {
+			fmt.Fprintf(stderr, "stratabench disk: %v\n", err)
+			return 1
+		}
+		fmt.Fprintln(stdout, string(out))
+	} else {
+		fmt.Fprint(stdout, "\n"+disk.Summary(res))
+		if *plotFile != "" {
+			fmt.Fprintf(stdout, "\nHistogram written to %s\n", *plotFile)
+		}
+	}
+	return 0
+}
+
+// parseSize reads a byte count with an optional k, m or g suffix (binary
+// units, as fio reads them; "KiB", "MB" and the like are accepted too).
+func parseSize(s string) (int64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "b"), "i")
+	mult := int64(1)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'k':
+			mult = 1 << 10
+		case 'm':
+			mult = 1 << 20
+		case 'g':
+			mult = 1 << 30
+		}
+		if mult > 1 {
+			t = t[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || v < 0 || v > (1<<50)/mult {
+		return 0, fmt.Errorf("invalid size %q", s)
+	}
+	return v * mult, nil
+}
+
+// runDiskCompare sets fio JSON results beside `stratabench disk -w json`
+// results (several runs of each are pooled, see disk.Compare) and fails
+// (exit 1) when their sequential sync IOPS differ by more than the
+// tolerance.
+func runDiskCompare(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("stratabench disk compare", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var fioFiles, benchFiles fileList
+	fs.Var(&fioFiles, "fio", "fio --output-format=json output of fio-profiles/etcd-wal.fio (repeat for several runs)")
+	fs.Var(&benchFiles, "bench", "stratabench disk -w json output (repeat for several runs)")
+	tol := fs.Float64("tolerance", 25, "largest accepted IOPS difference, in percent of fio's")
+	format := fs.String("w", "simple", "output format: simple or json")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if len(fioFiles) == 0 || len(benchFiles) == 0 || fs.NArg() > 0 || *tol < 0 || (*format != "simple" && *format != "json") {
+		fmt.Fprintln(stderr, "usage: stratabench disk compare --fio FIO.json... --bench BENCH.json... [--tolerance PERCENT] [-w simple|json]")
+		return 2
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "stratabench disk compare: %v\n", err)
+		return 1
+	}
+	var fio []*disk.FioResult
+	for _, name := range fioFiles {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			return fail(err)
+		}
+		fr, err := disk.ParseFio(data)
+		if err != nil {
+			return fail(fmt.Errorf("%s: %w", name, err))
+		}
+		fio = append(fio, fr)
+	}
+	var bench []*disk.Result
+	for _, name := range benchFiles {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			return fail(err)
+		}
+		br := new(disk.Result)
+		if err := json.Unmarshal(data, br); err != nil || br.Writes == 0 {
+			return fail(fmt.Errorf("%s: not the output of stratabench disk -w json", name))
+		}
+		bench = append(bench, br)
+	}
+	c := disk.Compare(fio, bench, *tol/100)
+	if *format == "json" {
+		out, _ := json.MarshalIndent(c, "", "  ")
+		fmt.Fprintln(stdout, string(out))
+	} else {
+		fmt.Fprint(stdout, c.String())
+	}
+	if !c.Agree {
+		return 1
+	}
+	return 0
+}
+
+// fileList is a repeatable file-name flag.
+type fileList []string
+
+func (l *fileList) String() string     { return strings.Join(*l, ",") }
+func (l *fileList) Set(v string) error { *l = append(*l, v); return nil }
