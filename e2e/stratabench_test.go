@@ -73,9 +73,9 @@ func median(v []float64) float64 {
 //     is checked here.
 //   - in turn: one tool, then the other, alternating which goes first.
 //     These are the figures each tool gives on its own, but they carry the
-//     machine's noise (per-round ratios 0.6..1.6 under load), so they are
-//     logged and only held to a sanity bound (0.67..1.5) that a tool
-//     measuring the wrong thing would break.
+//     machine's noise (per-round ratios 0.6..1.6, medians 0.86..1.27
+//     under load), so they are logged and only held to a sanity bound
+//     (0.5..2) that a tool counting or timing wrongly would break.
 //
 // The server runs on CPU 0 and the tools on CPU 1 (taskset) so that the
 // tools' own CPU use does not slow the server: etcd's benchmark spends
@@ -197,7 +197,7 @@ func TestStratabenchAgreesWithEtcdBenchmark(t *testing.T) {
 		name     string
 		together bool
 		lo, hi   float64
-	}{{"together", true, 0.85, 1.15}, {"in turn", false, 0.67, 1.5}} {
+	}{{"together", true, 0.85, 1.15}, {"in turn", false, 0.5, 2}} {
 		res := map[string]*result{}
 		start := time.Now()
 		for r := 0; r < rounds; r++ {
