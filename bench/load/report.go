@@ -68,13 +68,8 @@ func (s *Shard) Observe(lat time.Duration, err error) {
 	}
 }
 
-// Start marks the beginning of the measured interval.
-func (r *Recorder) Start() { r.start = time.Now() }
-
-// Stop marks its end.
-func (r *Recorder) Stop() { r.end = time.Now() }
-
-// SetInterval sets the measured interval explicitly.
+// SetInterval sets the measured interval: requests per second are the
+// successful requests over end-start.
 func (r *Recorder) SetInterval(start, end time.Time) { r.start, r.end = start, end }
 
 // Summary merges the shards into a summary.
