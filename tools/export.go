@@ -207,7 +207,7 @@ func exportImage(db *pagestore.DB, dbPath, part string, cfg ExportConfig, sum *E
 		}
 	}
 	sum.Keys, sum.Members = st.TotalKey, len(members)
-	sum.Revision = st.Revision
+	sum.Revision = max(st.Revision, 1) // etcd's store starts at revision 1
 	if v, err := src.Get([]byte(bucketMeta), metaScheduled); err == nil && len(v) >= 8 {
 		sum.Revision = max(sum.Revision, int64(binary.BigEndian.Uint64(v)))
 	}

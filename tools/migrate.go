@@ -323,6 +323,46 @@ func (w *boltWriter) Put(bucket, k, v []byte) error {
 	return b.Put(k, v)
 }
 
+// safeCursor reads a source that may be damaged: a panic of the reader
+// (or a fault, under guard) becomes the cursor's error, and every record
+// is copied out of the mapping while still under its protection, so
+// nothing that may fault reaches the sink, whose transaction must end
+// normally.
+type safeCursor struct {
+	c   kvCursor
+	err error
+}
+
+func (s *safeCursor) step(next func() ([]byte, []byte)) (k, v []byte) {
+	if s.err != nil {
+		return nil, nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			s.err = fmt.Errorf("the database is damaged and cannot be read (%v)", r)
+			k, v = nil, nil
+		}
+	}()
+	k, v = next()
+	if k == nil {
+		return nil, nil
+	}
+	buf := make([]byte, len(k)+len(v))
+	copy(buf, k)
+	copy(buf[len(k):], v)
+	return buf[:len(k):len(k)], buf[len(k):]
+}
+
+func (s *safeCursor) First() ([]byte, []byte) { return s.step(s.c.First) }
+func (s *safeCursor) Next() ([]byte, []byte)  { return s.step(s.c.Next) }
+
+func (s *safeCursor) Err() error {
+	if s.err != nil {
+		return s.err
+	}
+	return s.c.Err()
+}
+
 // copyBatchBytes bounds the data written per sink transaction.
 const copyBatchBytes = 16 << 20
 
@@ -351,10 +391,11 @@ func copyBuckets(src kvSource, dst kvSink, plan copyPlan) (skipped []string, err
 			skipped = append(skipped, string(name))
 			continue
 		}
-		c, err := src.Cursor(name)
+		raw, err := src.Cursor(name)
 		if err != nil {
 			return nil, fmt.Errorf("bucket %q: %w", name, err)
 		}
+		c := &safeCursor{c: raw}
 		k, v := c.First()
 		for first := true; first || k != nil; first = false {
 			err := dst.Update(func(w kvWriter) error {

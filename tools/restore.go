@@ -176,8 +176,8 @@ func Restore(cfg RestoreConfig) (sum *RestoreSummary, err error) {
 		}
 		if !cfg.SkipHashCheck {
 			if !bytes.Equal(got, trailer) {
-				return nil, fmt.Errorf("%w: %s: the trailer at offset %d says %x, the %d bytes before it hash to %x; the file is damaged or truncated",
-					ErrSnapshotIntegrity, cfg.Snapshot, body, trailer, body, got)
+				return nil, fmt.Errorf("%s: %w (the trailer at offset %d says %x, the %d bytes before it hash to %x): the file is damaged or truncated",
+					cfg.Snapshot, ErrSnapshotIntegrity, body, trailer, body, got)
 			}
 			sum.HashChecked = true
 		}
