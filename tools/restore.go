@@ -441,7 +441,9 @@ func convertImage(src, dst string, imageSize int64, walDir string, ms *server.Re
 		return fmt.Errorf("%s: %w", cfg.Snapshot, err)
 	}
 	for _, b := range skipped {
-		if b != bucketMembers && b != bucketMembersRemoved {
+		// The membership is replaced; etcd's cluster bucket holds only
+		// its cluster version, which Strata reports by itself.
+		if b != bucketMembers && b != bucketMembersRemoved && b != bucketCluster {
 			sum.Dropped = append(sum.Dropped, b)
 		}
 	}

@@ -291,7 +291,7 @@ func TestRestoreStrataSnapshotAndExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum2.Format != "etcd" || len(sum2.Dropped) != 1 || sum2.Dropped[0] != "cluster" {
+	if sum2.Format != "etcd" || len(sum2.Dropped) != 0 {
 		t.Errorf("summary of the etcd restore %+v", sum2)
 	}
 	checkRestored(t, dir2, sum2, want, wantRev)
