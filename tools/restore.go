@@ -21,6 +21,7 @@ import (
 	"github.com/strata-db/strata/server/config"
 	"github.com/strata-db/strata/tools/progress"
 	"github.com/strata-db/strata/vfs"
+	"github.com/strata-db/strata/wal"
 )
 
 // RestoreConfig configures Restore. The fields mean what the flags of
@@ -39,6 +40,8 @@ type RestoreConfig struct {
 	SkipHashCheck bool
 	// Progress, if set, receives progress bars.
 	Progress io.Writer
+
+	walOptions *wal.Options // tests: small segments without zero fill
 }
 
 // RestoreSummary is what Restore did.
@@ -451,7 +454,7 @@ func convertImage(src, dst string, imageSize int64, walDir string, ms *server.Re
 	sum.Revision = max(scan.st.Revision, scan.scheduled, 1)
 	sum.CompactRevision = scan.finished
 
-	index, term, err := raft.CreateRestoredWAL(walDir, ms.Self, ms.Cluster, ms.Peers(), nil)
+	index, term, err := raft.CreateRestoredWAL(walDir, ms.Self, ms.Cluster, ms.Peers(), cfg.walOptions)
 	if err != nil {
 		return err
 	}

@@ -176,7 +176,7 @@ func snapshotOf(t *testing.T, path string) string {
 func restoreCfg(snap, dir string) RestoreConfig {
 	return RestoreConfig{Snapshot: snap, DataDir: dir, Name: "m1",
 		InitialCluster: "m1=http://127.0.0.1:12380", InitialAdvertisePeerURLs: "http://127.0.0.1:12380",
-		InitialClusterToken: "tok"}
+		InitialClusterToken: "tok", walOptions: &wal.Options{SegmentSize: 1 << 20, NoZeroFill: true}}
 }
 
 // checkRestored opens a restored data dir as the server would and
