@@ -49,31 +49,21 @@ func (m *Member) json() []byte {
 
 func memberKey(id uint64) []byte { return []byte(fmt.Sprintf("%016x", id)) }
 
-// loadMembers reads the persisted membership; ok is false for a new
-// member with nothing persisted yet.
+// load reads the persisted membership; ok is false for a new member with
+// nothing persisted yet.
 func (ms *members) load(db *pagestore.DB) (ok bool, err error) {
 	err = db.View(func(tx *pagestore.Tx) error {
-		if b, err := tx.Bucket(membersBucket); err == nil {
-			if err := b.ForEach(func(k, v []byte) error {
-				var mj memberJSON
-				if err := json.Unmarshal(v, &mj); err != nil {
-					return fmt.Errorf("member %s: %w", k, err)
-				}
-				ms.m[mj.ID] = &Member{ID: mj.ID, Name: mj.Name, PeerURLs: mj.PeerURLs, ClientURLs: mj.ClientURLs, IsLearner: mj.IsLearner}
-				ok = true
-				return nil
-			}); err != nil {
-				return err
-			}
+		list, removed, err := ReadMembership(tx)
+		if err != nil {
+			return err
 		}
-		if b, err := tx.Bucket(membersRemovedBucket); err == nil {
-			return b.ForEach(func(k, _ []byte) error {
-				var id uint64
-				fmt.Sscanf(string(k), "%x", &id)
-				ms.removed[id] = true
-				return nil
-			})
+		for _, m := range list {
+			ms.m[m.ID] = m
 		}
+		for _, id := range removed {
+			ms.removed[id] = true
+		}
+		ok = len(list) > 0
 		return nil
 	})
 	return ok, err

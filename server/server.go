@@ -193,9 +193,10 @@ func refuseForeignData(cfg *config.Config) error {
 	const bboltMagic = 0xED0CDAED
 	if binary.LittleEndian.Uint32(hdr[16:20]) == bboltMagic {
 		return fmt.Errorf("data directory %s holds an etcd (bbolt) database at %s, which Strata does not open in place; "+
-			"migrate it through a snapshot: 'etcdctl snapshot save snap.db', then "+
-			"'stratautl snapshot restore snap.db --data-dir NEW-DIR' (not available in this build yet) and start strata on NEW-DIR",
-			cfg.DataDir, cfg.BackendPath())
+			"migrate it through a snapshot: 'etcdctl snapshot save snap.db' (or, with etcd stopped, use %s itself with --skip-hash-check), then "+
+			"'stratautl snapshot restore snap.db --data-dir NEW-DIR --name %s --initial-cluster ... --initial-advertise-peer-urls ...' "+
+			"with this member's cluster flags, and start strata on NEW-DIR",
+			cfg.DataDir, cfg.BackendPath(), cfg.BackendPath(), cfg.Name)
 	}
 	return nil
 }

@@ -103,3 +103,22 @@ func buildScript() (string, error) {
 	}
 	return p, nil
 }
+
+// Stratautl returns the stratautl binary that goes with the strata server
+// binary target: $STRATA_E2E_STRATAUTL when set (absolute, or relative to
+// the working directory), else the stratautl next to target, where
+// 'make build' writes both.
+func Stratautl(target string) (string, error) {
+	p := os.Getenv("STRATA_E2E_STRATAUTL")
+	if p == "" {
+		p = filepath.Join(filepath.Dir(target), "stratautl")
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("harness: %w", err)
+	}
+	if fi, err := os.Stat(abs); err != nil || fi.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("harness: stratautl not found at %s (run make build, or set STRATA_E2E_STRATAUTL)", abs)
+	}
+	return abs, nil
+}
