@@ -9,7 +9,6 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-
 )
 
 // maintenanceServer serves the Maintenance service.
