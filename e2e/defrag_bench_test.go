@@ -1,11 +1,15 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"math"
+	"net/http"
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -123,7 +127,9 @@ func BenchmarkDefragUnderLoad(b *testing.B) {
 		return l[int(float64(len(l)-1)*q)]
 	}
 	b.ResetTimer()
+	m0 := scrapeHistograms(b, srv.ClientURL)
 	idle := measure(10*time.Second, nil)
+	m1 := scrapeHistograms(b, srv.ClientURL)
 	var defragTook time.Duration
 	during := measure(0, func() {
 		st := time.Now()
@@ -133,6 +139,10 @@ func BenchmarkDefragUnderLoad(b *testing.B) {
 		defragTook = time.Since(st)
 	})
 	b.StopTimer()
+	m2 := scrapeHistograms(b, srv.ClientURL)
+	for _, h := range []string{"etcd_disk_wal_fsync_duration_seconds", "etcd_disk_backend_commit_duration_seconds"} {
+		b.Logf("%s: idle %s; during defrag %s", h, m1.delta(m0, h), m2.delta(m1, h))
+	}
 	after, _ := cli.Status(ctx, srv.ClientURL)
 	b.Logf("defrag took %v; db %d MiB -> %d MiB (in use %d MiB)", defragTook, st.DbSize>>20, after.DbSize>>20, after.DbSizeInUse>>20)
 	b.Logf("idle: %d puts, p50 %v p99 %v; during defrag: %d puts, p50 %v p99 %v",
@@ -142,4 +152,86 @@ func BenchmarkDefragUnderLoad(b *testing.B) {
 	if p(idle, .99) > 0 {
 		b.ReportMetric(float64(p(during, .99))/float64(p(idle, .99)), "p99-ratio")
 	}
+}
+
+// histograms holds the cumulative buckets, sums and counts of every
+// histogram on a /metrics page, keyed by metric name.
+type histograms map[string]*histogram
+
+type histogram struct {
+	le     []float64
+	counts []float64
+	sum    float64
+	count  float64
+}
+
+func scrapeHistograms(b *testing.B, url string) histograms {
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	hs := histograms{}
+	get := func(name string) *histogram {
+		if hs[name] == nil {
+			hs[name] = &histogram{}
+		}
+		return hs[name]
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		ln := sc.Text()
+		if strings.HasPrefix(ln, "#") {
+			continue
+		}
+		sp := strings.LastIndexByte(ln, ' ')
+		if sp < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(ln[sp+1:], 64)
+		if err != nil {
+			continue
+		}
+		name := ln[:sp]
+		switch {
+		case strings.Contains(name, "_bucket{le=\""):
+			i := strings.Index(name, "_bucket{le=\"")
+			le, err := strconv.ParseFloat(strings.TrimSuffix(name[i+len("_bucket{le=\""):], "\"}"), 64)
+			if err != nil {
+				continue
+			}
+			h := get(name[:i])
+			h.le = append(h.le, le)
+			h.counts = append(h.counts, v)
+		case strings.HasSuffix(name, "_sum"):
+			get(strings.TrimSuffix(name, "_sum")).sum = v
+		case strings.HasSuffix(name, "_count"):
+			get(strings.TrimSuffix(name, "_count")).count = v
+		}
+	}
+	return hs
+}
+
+// delta describes the observations of histogram name between two scrapes:
+// count, mean and the bucket bound below which 99% fall.
+func (hs histograms) delta(prev histograms, name string) string {
+	h, p := hs[name], prev[name]
+	if h == nil || p == nil || len(h.counts) != len(p.counts) {
+		return "n/a"
+	}
+	n := h.count - p.count
+	if n <= 0 {
+		return "0 observations"
+	}
+	p99 := math.Inf(1)
+	for i := range h.counts {
+		if h.counts[i]-p.counts[i] >= 0.99*n {
+			p99 = h.le[i]
+			break
+		}
+	}
+	return fmt.Sprintf("%.0f observations, mean %v, p99 <= %v", n,
+		time.Duration((h.sum-p.sum)/n*float64(time.Second)).Round(time.Microsecond),
+		time.Duration(p99*float64(time.Second)))
 }

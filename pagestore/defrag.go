@@ -2,6 +2,7 @@ package pagestore
 
 import (
 	"bytes"
+	"container/heap"
 	"context"
 	"errors"
 	"sort"
@@ -226,7 +227,6 @@ func (db *DB) Defrag(ctx context.Context, progress func(DefragProgress)) error {
 // highest first, at most limit; chain reports whether a freelist log
 // record lies there.
 func (tx *Tx) defragCandidates(target pgid, limit int) ([]defragMove, bool, error) {
-	var moves []defragMove
 	chain := false
 	for id, n := tx.meta.flHead, 0; id != 0 && n < 2*checkpointEvery; n++ {
 		p, err := tx.page(id)
@@ -238,16 +238,30 @@ func (tx *Tx) defragCandidates(target pgid, limit int) ([]defragMove, bool, erro
 		}
 		id = pgid(le.Uint64(p[flOffPrev:]))
 	}
+	// Early in a defrag most of the tree lies above the target; keep only
+	// the limit highest pages (a min-heap by id), copying a key only when
+	// its page is kept, so planning allocates O(limit), not O(tree).
+	top := &moveHeap{}
 	walk := func(b *Bucket, dir bool) error {
 		add := func(key []byte, id pgid) {
-			moves = append(moves, defragMove{dir: dir, bucket: b.name, key: append([]byte(nil), key...), id: id})
+			if top.Len() >= limit {
+				if id <= (*top)[0].id {
+					return
+				}
+				heap.Pop(top)
+			}
+			var k []byte
+			if key != nil {
+				k = append([]byte(nil), key...)
+			}
+			heap.Push(top, defragMove{dir: dir, bucket: b.name, key: k, id: id})
 		}
 		in, err := tx.reachesTail(b.root, target)
 		if err != nil {
 			return err
 		}
 		if in {
-			moves = append(moves, defragMove{dir: dir, bucket: b.name, id: b.root})
+			add(nil, b.root)
 		}
 		return tx.walkBranches(b.root, target, add, 0)
 	}
@@ -258,11 +272,23 @@ func (tx *Tx) defragCandidates(target pgid, limit int) ([]defragMove, bool, erro
 	if err != nil {
 		return nil, false, err
 	}
+	moves := []defragMove(*top)
 	sort.Slice(moves, func(i, j int) bool { return moves[i].id > moves[j].id })
-	if len(moves) > limit {
-		moves = moves[:limit]
-	}
 	return moves, chain, nil
+}
+
+// moveHeap is a min-heap of planned moves by page id.
+type moveHeap []defragMove
+
+func (h moveHeap) Len() int           { return len(h) }
+func (h moveHeap) Less(i, j int) bool { return h[i].id < h[j].id }
+func (h moveHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *moveHeap) Push(x any)        { *h = append(*h, x.(defragMove)) }
+func (h *moveHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // straddleWindow is how far below the target a page run may start and still
