@@ -193,10 +193,18 @@ func (n *Node) applyLoop() {
 		n.sm.Apply(ents)
 		last := ents[len(ents)-1].GetIndex()
 		n.publishApplied(last)
-		if n.cfg.SnapshotCount > 0 && last-n.snapIndex >= n.cfg.SnapshotCount {
-			if err := n.snapshot(last); err != nil {
-				n.log.Warn("snapshot failed; will retry", "index", last, "error", err)
-			}
+		if n.cfg.SnapshotCount > 0 && last-n.snapIndex.Load() >= n.cfg.SnapshotCount && n.snapshotting.CompareAndSwap(false, true) {
+			// In the background: the snapshot first makes the state
+			// machine durable (a page-store commit, milliseconds to tens
+			// of milliseconds), and applying must not stall behind it.
+			n.snapWG.Add(1)
+			go func(idx uint64) {
+				defer n.snapWG.Done()
+				defer n.snapshotting.Store(false)
+				if err := n.snapshot(idx); err != nil {
+					n.log.Warn("snapshot failed; will retry", "index", idx, "error", err)
+				}
+			}(last)
 		}
 	}
 }
@@ -211,7 +219,7 @@ func (n *Node) publishApplied(idx uint64) {
 	n.appliedMu.Unlock()
 }
 
-// snapshot makes the state machine durable at idx, records a snapshot
+// snapshot makes the state machine durable at idx (and possibly beyond), records a snapshot
 // marker, trims the in-memory log and purges WAL segments. The order
 // matters: the WAL may drop entries only once the page store holds their
 // effects.
@@ -238,7 +246,7 @@ func (n *Node) snapshot(idx uint64) error {
 	if err != nil {
 		return err
 	}
-	n.snapIndex = idx
+	n.snapIndex.Store(idx)
 	n.log.Info("saved snapshot", "index", idx, "term", term, "purged-wal-segments", len(removed), "took", time.Since(start))
 	return nil
 }

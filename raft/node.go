@@ -112,7 +112,9 @@ type Node struct {
 	appliedMu     sync.Mutex
 	appliedNotify chan struct{} // closed and replaced on every apply
 
-	snapIndex uint64 // owned by the apply goroutine
+	snapIndex    atomic.Uint64 // index of the newest snapshot
+	snapshotting atomic.Bool   // a background snapshot is running
+	snapWG       sync.WaitGroup
 
 	restoredVoters  []uint64 // voters known at restart, before replay
 	campaignOnStart bool
@@ -238,7 +240,7 @@ func (n *Node) restore(opts *wal.Options) error {
 			return err
 		}
 		n.confState.Store(snap.ConfState)
-		n.snapIndex = snap.Index
+		n.snapIndex.Store(snap.Index)
 	}
 	// The WAL's commit index may lag (commit-only changes are not written,
 	// see handleReady), but everything at or below the snapshot, and
@@ -375,6 +377,7 @@ func (n *Node) Stop() error {
 	n.stopOnce.Do(func() { close(n.stopc) })
 	<-n.done
 	<-n.appliedDone
+	n.snapWG.Wait()
 	err := n.sm.Commit()
 	if werr := n.wal.Close(); err == nil {
 		err = werr

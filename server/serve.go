@@ -127,8 +127,9 @@ func (s *Server) Serve() error {
 		go hsrv.Serve(l)
 		s.lg.Info("serving metrics", "address", u.String())
 	}
-	go s.runLeases()
-	go s.runAutoCompaction()
+	s.bg.Add(2)
+	go func() { defer s.bg.Done(); s.runLeases() }()
+	go func() { defer s.bg.Done(); s.runAutoCompaction() }()
 	go func() {
 		s.waitReady()
 		select {

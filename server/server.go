@@ -71,6 +71,7 @@ type Server struct {
 
 	readyc   chan struct{}
 	stopping chan struct{}
+	bg       sync.WaitGroup // lease and auto-compaction loops; Stop waits for them
 	stopOnce sync.Once
 	done     chan struct{}
 }
@@ -289,6 +290,7 @@ func (s *Server) Stop() error {
 		close(s.stopping)
 		s.stopListeners()
 		err = s.node.Stop()
+		s.bg.Wait() // after the node: a loop blocked in raft returns at once
 		if cerr := s.closeStorage(); err == nil {
 			err = cerr
 		}
