@@ -54,6 +54,10 @@ type Backend struct {
 	// defrag is a defrag step waiting to ride along with the next commit
 	// (see Defrag).
 	defrag atomic.Pointer[defragReq]
+	// defragSem admits one Defrag at a time: there is one slot for a
+	// step request, and a plan is only valid until another call's step
+	// truncates the file.
+	defragSem chan struct{}
 }
 
 // defragReq is one defrag step handed to the committer.
@@ -125,6 +129,7 @@ func NewBackend(db *pagestore.DB, cfg BackendConfig) (*Backend, error) {
 		cur:  &batch{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		commitHook: cfg.OnCommit,
+		defragSem:  make(chan struct{}, 1),
 	}
 	b.state.Store(&readState{})
 	err := db.Update(func(tx *pagestore.Tx) error {
@@ -391,6 +396,14 @@ func (b *Backend) Defrag(ctx context.Context, progress func(pagestore.DefragProg
 	// --backend-batch-interval) and moves at most loadMax pages, about
 	// 1 MiB: spread out like that, defrag costs the write path little.
 	const minPages, loadMax, idleMax = 64, 256, 4096
+	select {
+	case b.defragSem <- struct{}{}:
+		defer func() { <-b.defragSem }()
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-b.stop:
+		return ErrBackendClosed
+	}
 	pages := loadMax
 	var p pagestore.DefragProgress
 	stalled, lastSize := 0, int64(-1)

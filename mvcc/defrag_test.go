@@ -141,3 +141,61 @@ func TestBackendDefragUnderWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestBackendDefragConcurrentCalls runs two Backend.Defrag calls at once,
+// as two Maintenance.Defragment requests do. Each must return: a step
+// request one call hands to the committer must not be overwritten by the
+// other's, or the first waits for a result that never comes (and, with
+// its context done, waits forever for a commit that never takes it).
+func TestBackendDefragConcurrentCalls(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	ts := openTestStore(t, path, StoreConfig{})
+	defer ts.close()
+	s := ts.s
+	val := make([]byte, 1024)
+	ci := uint64(0)
+	const n = 6000
+	for i := 0; i < n; i++ {
+		ci++
+		if _, err := s.Put(ci, 1, &pb.PutRequest{Key: []byte(fmt.Sprintf("/k/%06d", i)), Value: val}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < n; i++ {
+		if i%4 == 0 {
+			continue
+		}
+		ci++
+		if _, err := s.DeleteRange(ci, 1, &pb.DeleteRangeRequest{Key: []byte(fmt.Sprintf("/k/%06d", i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ci++
+	_, done, err := s.Compact(ci, 1, &pb.CompactionRequest{Revision: s.Rev()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if err := ts.be.ForceCommit(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errc := make(chan error, 4)
+	for i := 0; i < 4; i++ {
+		go func() { errc <- ts.be.Defrag(ctx, nil) }()
+	}
+	for i := 0; i < 4; i++ {
+		select {
+		case err := <-errc:
+			if err != nil {
+				t.Errorf("Defrag: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a concurrent Defrag call hangs")
+		}
+	}
+	if err := ts.db.View(func(tx *pagestore.Tx) error { return tx.Check() }); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -356,15 +356,17 @@ func (tx *Tx) walkBranches(id, target pgid, add func(key []byte, id pgid), depth
 // found it) so the commit rewrites it lower down.
 func (tx *Tx) relocate(moves []defragMove) (int, error) {
 	moved := 0
+	// A multi-page run (a large value) moves only if a hole below it can
+	// take it whole; otherwise the commit would put it back at the end of
+	// the file and the next step would move it again. The run's header is
+	// read only once the page is known to still be in the tree: a stale
+	// plan may name a page the writer has since freed and reused, maybe
+	// inside another run.
+	fits := func(p []byte) bool {
+		ovf := pgOverflow(p)
+		return ovf == 0 || tx.db.fl.free.fitsBelow(1+uint64(ovf), pgID(p))
+	}
 	for _, mv := range moves {
-		// A multi-page run (a large value) moves only if a hole below it
-		// can take it whole; otherwise the commit would put it back at
-		// the end of the file and the next step would move it again.
-		if p, err := tx.page(mv.id); err != nil {
-			return moved, err
-		} else if ovf := pgOverflow(p); ovf > 0 && !tx.db.fl.free.fitsBelow(1+uint64(ovf), mv.id) {
-			continue
-		}
 		b := tx.root
 		if !mv.dir {
 			var err error
@@ -377,6 +379,13 @@ func (tx *Tx) relocate(moves []defragMove) (int, error) {
 		}
 		if mv.key == nil {
 			if b.root == mv.id && b.rootNode == nil {
+				p, err := tx.page(mv.id)
+				if err != nil {
+					return moved, err
+				}
+				if !fits(p) {
+					continue
+				}
 				if _, err := b.materializeRoot(); err != nil {
 					return moved, err
 				}
@@ -398,6 +407,9 @@ func (tx *Tx) relocate(moves []defragMove) (int, error) {
 		}
 		if level < 0 {
 			continue // already moved, or rewritten by the writer
+		}
+		if !fits(c.stack[level].p) {
+			continue
 		}
 		n, err := b.materializeRoot()
 		if err != nil {
