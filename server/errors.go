@@ -53,7 +53,7 @@ func toGRPCError(err error) error {
 		return rpctypes.ErrGRPCNoSpace
 	case errors.Is(err, errTimeout):
 		return rpctypes.ErrGRPCTimeout
-	case errors.Is(err, errStopped), errors.Is(err, raft.ErrStopped):
+	case errors.Is(err, errStopped), errors.Is(err, raft.ErrStopped), errors.Is(err, mvcc.ErrBackendClosed):
 		return rpctypes.ErrGRPCStopped
 	case errors.Is(err, errNoLeader), errors.Is(err, raft.ErrNoLeader), errors.Is(err, raft.ErrProposalDropped):
 		return rpctypes.ErrGRPCNoLeader
