@@ -118,7 +118,7 @@ func (n *Node) handleReady() error {
 			n.applyConfChange(e)
 		}
 		select {
-		case n.applyc <- rd.CommittedEntries:
+		case n.applyc <- applyBatch{ents: rd.CommittedEntries, cs: n.confState.Load()}:
 		case <-n.stopc:
 			return nil
 		}
@@ -186,10 +186,20 @@ func (n *Node) applyConfChange(e *raftpb.Entry) {
 	n.confState.Store(n.rn.ApplyConfChange(cc))
 }
 
+// applyBatch is one Ready's committed entries with the membership as of
+// its last entry (conf changes are applied to raft in the raft goroutine,
+// ahead of the apply goroutine), so a snapshot at that index records the
+// membership of that index and not of a later one.
+type applyBatch struct {
+	ents []*raftpb.Entry
+	cs   *raftpb.ConfState
+}
+
 // applyLoop is the apply goroutine.
 func (n *Node) applyLoop() {
 	defer close(n.appliedDone)
-	for ents := range n.applyc {
+	for b := range n.applyc {
+		ents := b.ents
 		n.sm.Apply(ents)
 		last := ents[len(ents)-1].GetIndex()
 		n.publishApplied(last)
@@ -198,13 +208,13 @@ func (n *Node) applyLoop() {
 			// machine durable (a page-store commit, milliseconds to tens
 			// of milliseconds), and applying must not stall behind it.
 			n.snapWG.Add(1)
-			go func(idx uint64) {
+			go func(idx uint64, cs *raftpb.ConfState) {
 				defer n.snapWG.Done()
 				defer n.snapshotting.Store(false)
-				if err := n.snapshot(idx); err != nil {
+				if err := n.snapshot(idx, cs); err != nil {
 					n.log.Warn("snapshot failed; will retry", "index", idx, "error", err)
 				}
-			}(last)
+			}(last, b.cs)
 		}
 	}
 }
@@ -223,12 +233,11 @@ func (n *Node) publishApplied(idx uint64) {
 // marker, trims the in-memory log and purges WAL segments. The order
 // matters: the WAL may drop entries only once the page store holds their
 // effects.
-func (n *Node) snapshot(idx uint64) error {
+func (n *Node) snapshot(idx uint64, cs *raftpb.ConfState) error {
 	start := time.Now()
 	if err := n.sm.Commit(); err != nil {
 		return err
 	}
-	cs := n.confState.Load()
 	snap, err := n.storage.CreateSnapshot(idx, cs, nil)
 	if err != nil {
 		return err

@@ -86,7 +86,7 @@ type Node struct {
 	propc       chan proposal
 	recvc       chan *raftpb.Message
 	readc       chan struct{} // capacity 1: "readers are waiting"
-	applyc      chan []*raftpb.Entry
+	applyc      chan applyBatch
 	stopc       chan struct{}
 	done        chan struct{} // closed when the raft goroutine exits
 	appliedDone chan struct{}
@@ -158,7 +158,7 @@ func Start(cfg Config) (*Node, error) {
 		propc:         make(chan proposal, 4096),
 		recvc:         make(chan *raftpb.Message, 4096),
 		readc:         make(chan struct{}, 1),
-		applyc:        make(chan []*raftpb.Entry, 64),
+		applyc:        make(chan applyBatch, 64),
 		stopc:         make(chan struct{}),
 		done:          make(chan struct{}),
 		appliedDone:   make(chan struct{}),
