@@ -114,6 +114,14 @@
 // the write lock, truncates the file. Readers never wait; the
 // application's writer waits for at most one step. The batch size adapts
 // so a step's own work stays around 5 ms (fdatasync time comes on top).
+// The two halves are also exported: PlanDefrag (the read-transaction part,
+// keeping only the highest pages it will move) and Tx.ApplyDefrag (the
+// moves and the tail cut, inside any write transaction), so an application
+// can fold defrag steps into commits it makes anyway, as Strata's mvcc
+// backend does; a plan may be stale when applied, and pages rewritten
+// meanwhile are skipped. A multi-page run (a large value) that reaches
+// into the tail is moved only into a hole that takes it whole; when
+// nothing can move and no reader holds freed pages, defrag is done.
 // Offline, Compact copies every bucket in key order into a new file.
 //
 // # Preallocation
