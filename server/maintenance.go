@@ -88,16 +88,33 @@ func (m *maintenanceServer) Defragment(ctx context.Context, r *pb.DefragmentRequ
 	}
 	// The steps ride along with the backend's own batch commits, so
 	// under load defrag adds no commit (and no fdatasync) to the write
-	// path; see mvcc.Backend.Defrag.
-	err := s.be.Defrag(ctx, nil)
-	if err != nil {
-		return nil, toGRPCError(err)
+	// path; see mvcc.Backend.Defrag. As with etcd, a client that stops
+	// waiting (etcdctl's default --command-timeout is 5 s) does not stop
+	// the defrag: it runs to the end, and only the server's shutdown
+	// interrupts it.
+	done := make(chan error, 1)
+	go func() {
+		err := s.be.Defrag(context.Background(), nil)
+		if err == nil {
+			after := s.db.Stats()
+			s.lg.Info("finished defragmenting directory", "current-db-size-bytes", before.FileSize,
+				"current-db-size-in-use-bytes", before.InUseBytes, "new-db-size-bytes", after.FileSize,
+				"new-db-size-in-use-bytes", after.InUseBytes, "took", time.Since(start))
+		} else {
+			s.lg.Warn("failed to defragment", "error", err, "took", time.Since(start))
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			return nil, toGRPCError(err)
+		}
+		return &pb.DefragmentResponse{Header: s.header(0)}, nil
+	case <-ctx.Done():
+		s.lg.Info("defragment client went away; defragmentation continues", "error", ctx.Err())
+		return nil, toGRPCError(ctx.Err())
 	}
-	after := s.db.Stats()
-	s.lg.Info("finished defragmenting directory", "current-db-size-bytes", before.FileSize,
-		"current-db-size-in-use-bytes", before.InUseBytes, "new-db-size-bytes", after.FileSize,
-		"new-db-size-in-use-bytes", after.InUseBytes, "took", time.Since(start))
-	return &pb.DefragmentResponse{Header: s.header(0)}, nil
 }
 
 func (m *maintenanceServer) Hash(ctx context.Context, r *pb.HashRequest) (*pb.HashResponse, error) {

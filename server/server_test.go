@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -242,5 +244,53 @@ func TestAutoCompactionRevision(t *testing.T) {
 	}
 	if got, want := m.s.kv.CompactRev(), m.s.kv.Rev()-10; got != want {
 		t.Fatalf("compact revision %d, want current minus retention %d", got, want)
+	}
+}
+
+// TestDefragmentOutlivesItsClient: etcdctl gives up on a defrag after its
+// --command-timeout (5 s by default); as with etcd, the defrag must still
+// run to the end rather than stop where the client left.
+func TestDefragmentOutlivesItsClient(t *testing.T) {
+	m := startMember(t, filepath.Join(t.TempDir(), "d"))
+	defer m.stop(t)
+	ctx := context.Background()
+	val := bytes.Repeat([]byte("x"), 4096)
+	for i := 0; i < 4000; i++ {
+		if _, err := m.kv.Put(ctx, &pb.PutRequest{Key: []byte(fmt.Sprintf("k%05d", i)), Value: val}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := m.kv.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte("k"), RangeEnd: []byte("k03000")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.kv.Compact(ctx, &pb.CompactionRequest{Revision: resp.Header.Revision, Physical: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.s.be.ForceCommit(); err != nil {
+		t.Fatal(err)
+	}
+	before := m.s.db.Stats()
+	short, cancel := context.WithTimeout(ctx, time.Millisecond)
+	defer cancel()
+	if _, err := m.maint.Defragment(short, &pb.DefragmentRequest{}); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("Defragment with a 1 ms deadline: %v, want DeadlineExceeded", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st := m.s.db.Stats()
+		if float64(st.FileSize) <= 1.2*float64(st.InUseBytes) {
+			t.Logf("file %d -> %d bytes, %d in use", before.FileSize, st.FileSize, st.InUseBytes)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("defrag stopped with its client: file %d -> %d bytes, %d in use", before.FileSize, st.FileSize, st.InUseBytes)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Data is intact.
+	r, err := m.kv.Range(ctx, &pb.RangeRequest{Key: []byte("k"), RangeEnd: []byte("l"), CountOnly: true})
+	if err != nil || r.Count != 1000 {
+		t.Fatalf("range after defrag: %v, count %d", err, r.GetCount())
 	}
 }
