@@ -38,7 +38,8 @@ func BenchmarkDefragUnderLoad(b *testing.B) {
 	if bin == "" {
 		b.Skip("set STRATA_E2E_TARGET to the strata binary")
 	}
-	srv, err := harness.NewServer(harness.ServerConfig{Bin: bin, Dir: b.TempDir(), Flags: []string{"--quota-backend-bytes=8589934592"}})
+	srv, err := harness.NewServer(harness.ServerConfig{Bin: bin, Dir: b.TempDir(), Flags: []string{"--quota-backend-bytes=8589934592"},
+		Env: strings.Fields(os.Getenv("STRATA_BENCH_SERVER_ENV"))})
 	if err != nil {
 		b.Fatal(err)
 	}
