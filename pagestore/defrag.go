@@ -2,9 +2,10 @@ package pagestore
 
 import (
 	"bytes"
-	"container/heap"
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"time"
 )
@@ -238,23 +239,33 @@ func (tx *Tx) defragCandidates(target pgid, limit int) ([]defragMove, bool, erro
 		}
 		id = pgid(le.Uint64(p[flOffPrev:]))
 	}
-	// Early in a defrag most of the tree lies above the target; keep only
-	// the limit highest pages (a min-heap by id), copying a key only when
-	// its page is kept, so planning allocates O(limit), not O(tree).
-	top := &moveHeap{}
+	// Early in a defrag most of the tree lies above the target, and a tree
+	// written in key order meets its pages in ascending id order. Keep only
+	// the limit highest pages: candidates are appended (their keys still
+	// point into the mapped pages of this read transaction), and whenever
+	// 2*limit have gathered they are cut back to the limit highest, which
+	// also raises the floor below which a page is not even appended. Keys
+	// are copied only for the pages kept. Amortized, a candidate costs
+	// O(log limit) and no allocation.
+	var cands []defragMove
+	floor := pgid(0)
+	cut := func() {
+		if len(cands) <= limit {
+			return
+		}
+		slices.SortFunc(cands, func(a, b defragMove) int { return cmp.Compare(b.id, a.id) })
+		cands = cands[:limit]
+		floor = cands[limit-1].id
+	}
 	walk := func(b *Bucket, dir bool) error {
 		add := func(key []byte, id pgid) {
-			if top.Len() >= limit {
-				if id <= (*top)[0].id {
-					return
-				}
-				heap.Pop(top)
+			if id <= floor && len(cands) >= limit {
+				return
 			}
-			var k []byte
-			if key != nil {
-				k = append([]byte(nil), key...)
+			cands = append(cands, defragMove{dir: dir, bucket: b.name, key: key, id: id})
+			if len(cands) >= 2*limit {
+				cut()
 			}
-			heap.Push(top, defragMove{dir: dir, bucket: b.name, key: k, id: id})
 		}
 		in, err := tx.reachesTail(b.root, target)
 		if err != nil {
@@ -272,23 +283,14 @@ func (tx *Tx) defragCandidates(target pgid, limit int) ([]defragMove, bool, erro
 	if err != nil {
 		return nil, false, err
 	}
-	moves := []defragMove(*top)
-	sort.Slice(moves, func(i, j int) bool { return moves[i].id > moves[j].id })
-	return moves, chain, nil
-}
-
-// moveHeap is a min-heap of planned moves by page id.
-type moveHeap []defragMove
-
-func (h moveHeap) Len() int           { return len(h) }
-func (h moveHeap) Less(i, j int) bool { return h[i].id < h[j].id }
-func (h moveHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *moveHeap) Push(x any)        { *h = append(*h, x.(defragMove)) }
-func (h *moveHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+	cut()
+	sort.Slice(cands, func(i, j int) bool { return cands[i].id > cands[j].id })
+	for i := range cands {
+		// An empty key, like a root's, is nil: relocate then looks the
+		// page up as its bucket's root.
+		cands[i].key = append([]byte(nil), cands[i].key...)
+	}
+	return cands, chain, nil
 }
 
 // straddleWindow is how far below the target a page run may start and still
