@@ -75,6 +75,11 @@ run_sb() {
 	"$STRATABENCH" "${sb_args[@]}" >"$work/sb.$1.json" 2>"$work/sb.$1.err" || { cat "$work/sb.$1.err" >&2; return 1; }
 }
 
+# Warm-up, not measured: the first sync-heavy run on a fresh directory
+# (or after an idle disk) was seen running 1.6x faster than every run after
+# it, which alone failed a comparison.
+"$STRATABENCH" disk --dir "$DIR" --duration 1s -w json >/dev/null 2>&1 || true
+
 for ((a = 1; a <= ATTEMPTS; a++)); do
 	# ABBA: each tool runs twice, first and last or in the middle, so a
 	# load that rises or falls during the attempt weighs on both alike.
