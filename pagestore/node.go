@@ -142,20 +142,27 @@ func (n *node) childIndex(c *node) int {
 func (n *node) split(ps int) []*node {
 	nodes := []*node{n}
 	cur := n
+	// The remainder's size is carried from split to split: recomputing it
+	// each time made splitting a large append (10k keys into one leaf)
+	// quadratic.
+	size := n.size()
 	for {
-		next := cur.splitTwo(ps)
+		next, first := cur.splitTwo(ps, size)
 		if next == nil {
 			return nodes
 		}
 		nodes = append(nodes, next)
+		size -= first - pageHeaderSize
 		cur = next
 	}
 }
 
-func (n *node) splitTwo(ps int) *node {
+// splitTwo cuts n after its first page's worth of elements and returns
+// the new right node and the size of what n keeps; size is n.size().
+func (n *node) splitTwo(ps, size int) (*node, int) {
 	mk := n.minKeys()
-	if len(n.inodes) <= mk*2 || n.size() <= ps {
-		return nil
+	if len(n.inodes) <= mk*2 || size <= ps {
+		return nil, 0
 	}
 	threshold := ps / 2
 	if n.appendOnly {
@@ -174,7 +181,7 @@ func (n *node) splitTwo(ps int) *node {
 		idx = len(n.inodes) - mk
 	}
 	if idx <= 0 || idx >= len(n.inodes) {
-		return nil
+		return nil, 0
 	}
 	if n.parent == nil {
 		n.parent = &node{b: n.b, children: []*node{n}, appendOnly: true}
@@ -183,7 +190,7 @@ func (n *node) splitTwo(ps int) *node {
 	n.parent.children = append(n.parent.children, next)
 	next.inodes = n.inodes[idx:]
 	n.inodes = n.inodes[:idx:idx]
-	return next
+	return next, n.size()
 }
 
 // spill writes n's subtree to new pages, children first, and updates the
