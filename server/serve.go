@@ -37,9 +37,12 @@ func (s *Server) Serve() error {
 		grpc.MaxRecvMsgSize(int(s.cfg.MaxRequestBytes) + grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.MaxConcurrentStreams(maxStreams(s.cfg.MaxConcurrentStreams)),
-		// Reuse a small pool of goroutines for incoming streams instead of
-		// starting one per RPC.
-		grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))),
+		// Reuse a pool of goroutines for incoming streams instead of
+		// starting one per RPC. A write's handler blocks until its raft
+		// entry is committed and applied, so the pool is sized for the
+		// requests in flight, not for the CPUs: a new goroutine per RPC
+		// also grows its stack afresh each time.
+		grpc.NumStreamWorkers(uint32(max(256, 4*runtime.GOMAXPROCS(0)))),
 		grpc.ChainUnaryInterceptor(s.metrics.unaryInterceptor, s.authUnary),
 		grpc.ChainStreamInterceptor(s.metrics.streamInterceptor, s.authStream),
 		grpc.StatsHandler(statsHandler{s.metrics}),
