@@ -32,27 +32,7 @@ func TestBackendDefragUnderWrites(t *testing.T) {
 		}
 	}
 	const n = 20000
-	for i := 0; i < n; i++ {
-		put(fmt.Sprintf("/k/%06d", i))
-	}
-	for i := 0; i < n; i++ {
-		if i%4 == 0 {
-			continue
-		}
-		ci++
-		if _, err := s.DeleteRange(ci, 1, &pb.DeleteRangeRequest{Key: []byte(fmt.Sprintf("/k/%06d", i))}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ci++
-	_, done, err := s.Compact(ci, 1, &pb.CompactionRequest{Revision: s.Rev()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-done
-	if err := ts.be.ForceCommit(); err != nil {
-		t.Fatal(err)
-	}
+	ci = fillThenDeleteThreeQuarters(t, ts, n, val)
 	before := ts.db.Stats()
 
 	// A writer and two readers run throughout the defrag.
@@ -98,7 +78,7 @@ func TestBackendDefragUnderWrites(t *testing.T) {
 	steps := 0
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	err = ts.be.Defrag(ctx, func(p pagestore.DefragProgress) { steps++ })
+	err := ts.be.Defrag(ctx, func(p pagestore.DefragProgress) { steps++ })
 	close(stop)
 	wg.Wait()
 	if err != nil {
@@ -151,10 +131,35 @@ func TestBackendDefragConcurrentCalls(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "db")
 	ts := openTestStore(t, path, StoreConfig{})
 	defer ts.close()
+	fillThenDeleteThreeQuarters(t, ts, 6000, make([]byte, 1024))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errc := make(chan error, 4)
+	for i := 0; i < 4; i++ {
+		go func() { errc <- ts.be.Defrag(ctx, nil) }()
+	}
+	for i := 0; i < 4; i++ {
+		select {
+		case err := <-errc:
+			if err != nil {
+				t.Errorf("Defrag: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a concurrent Defrag call hangs")
+		}
+	}
+	if err := ts.db.View(func(tx *pagestore.Tx) error { return tx.Check() }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fillThenDeleteThreeQuarters puts n keys /k/NNNNNN, deletes three in four,
+// compacts and commits, so that most of the file is free. It returns the
+// last consistent index used.
+func fillThenDeleteThreeQuarters(t *testing.T, ts *testStore, n int, val []byte) uint64 {
+	t.Helper()
 	s := ts.s
-	val := make([]byte, 1024)
 	ci := uint64(0)
-	const n = 6000
 	for i := 0; i < n; i++ {
 		ci++
 		if _, err := s.Put(ci, 1, &pb.PutRequest{Key: []byte(fmt.Sprintf("/k/%06d", i)), Value: val}); err != nil {
@@ -179,23 +184,5 @@ func TestBackendDefragConcurrentCalls(t *testing.T) {
 	if err := ts.be.ForceCommit(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	errc := make(chan error, 4)
-	for i := 0; i < 4; i++ {
-		go func() { errc <- ts.be.Defrag(ctx, nil) }()
-	}
-	for i := 0; i < 4; i++ {
-		select {
-		case err := <-errc:
-			if err != nil {
-				t.Errorf("Defrag: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("a concurrent Defrag call hangs")
-		}
-	}
-	if err := ts.db.View(func(tx *pagestore.Tx) error { return tx.Check() }); err != nil {
-		t.Fatal(err)
-	}
+	return ci
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sort"
 	"time"
 )
 
@@ -249,13 +248,13 @@ func (tx *Tx) defragCandidates(target pgid, limit int) ([]defragMove, bool, erro
 	// O(log limit) and no allocation.
 	var cands []defragMove
 	floor := pgid(0)
+	// cut sorts the candidates highest first and keeps the limit highest.
 	cut := func() {
-		if len(cands) <= limit {
-			return
-		}
 		slices.SortFunc(cands, func(a, b defragMove) int { return cmp.Compare(b.id, a.id) })
-		cands = cands[:limit]
-		floor = cands[limit-1].id
+		if len(cands) > limit {
+			cands = cands[:limit]
+			floor = cands[limit-1].id
+		}
 	}
 	walk := func(b *Bucket, dir bool) error {
 		add := func(key []byte, id pgid) {
@@ -284,7 +283,6 @@ func (tx *Tx) defragCandidates(target pgid, limit int) ([]defragMove, bool, erro
 		return nil, false, err
 	}
 	cut()
-	sort.Slice(cands, func(i, j int) bool { return cands[i].id > cands[j].id })
 	for i := range cands {
 		// An empty key, like a root's, is nil: relocate then looks the
 		// page up as its bucket's root.
