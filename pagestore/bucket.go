@@ -100,11 +100,8 @@ func (b *Bucket) Put(key, value []byte) error {
 	case int64(len(value)) > MaxValueSize:
 		return ErrValueTooLarge
 	}
-	// One allocation for both copies.
-	buf := make([]byte, len(key)+len(value))
-	copy(buf, key)
-	copy(buf[len(key):], value)
-	if err := b.put(buf[:len(key):len(key)], buf[len(key):], 0); err != nil {
+	kc, vc := b.tx.slab.copy2(key, value)
+	if err := b.put(kc, vc, 0); err != nil {
 		return err
 	}
 	b.tx.grew = true

@@ -59,6 +59,7 @@ type DB struct {
 	metaBuf  [2][]byte     // guarded by writeMu: bytes last written to each meta slot
 	failed   error         // guarded by writeMu: set when the disk state is unknown
 	scratch  []byte        // guarded by writeMu: buffer for coalesced writes
+	arena    pageArena     // guarded by writeMu: the writer's dirty-page buffers
 	syncTime time.Duration // guarded by writeMu: time in fdatasync during the current commit
 
 	readersMu   sync.Mutex

@@ -221,7 +221,7 @@ func (n *node) spill() error {
 		if err != nil {
 			return err
 		}
-		buf := make([]byte, npages*ps)
+		buf := tx.db.arena.get(npages * ps)
 		m.write(buf, id, ps)
 		tx.dirty = append(tx.dirty, dirtyPage{id, buf})
 		m.pgid = id

@@ -32,6 +32,7 @@ type Tx struct {
 	lockWait        time.Duration
 	syncTime        time.Duration // time the commit spent in fdatasync
 	shrinkTo        int64         // defrag: file size to cut to after unlocking
+	slab            slab          // copies of put keys and values
 }
 
 type dirtyPage struct {
@@ -244,6 +245,7 @@ func (tx *Tx) end(committed bool) {
 		tx.undo()
 	}
 	tx.buckets, tx.root, tx.dirty = nil, nil, nil
+	tx.db.arena.reset()
 	tx.db.writeMu.Unlock()
 }
 
