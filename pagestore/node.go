@@ -99,7 +99,12 @@ func (n *node) write(buf []byte, id pgid, ps int) {
 
 // put inserts or replaces the element keyed oldKey.
 func (n *node) put(oldKey, newKey, value []byte, child pgid, flags uint32) {
-	idx := sort.Search(len(n.inodes), func(i int) bool { return bytes.Compare(n.inodes[i].key, oldKey) >= 0 })
+	var idx int
+	if last := len(n.inodes) - 1; last >= 0 && bytes.Compare(n.inodes[last].key, oldKey) < 0 {
+		idx = len(n.inodes) // appending (revision keys arrive in order): no search
+	} else {
+		idx = sort.Search(len(n.inodes), func(i int) bool { return bytes.Compare(n.inodes[i].key, oldKey) >= 0 })
+	}
 	if idx == len(n.inodes) || !bytes.Equal(n.inodes[idx].key, oldKey) {
 		if idx < len(n.inodes) {
 			n.appendOnly = false
