@@ -100,7 +100,7 @@ func (b *Bucket) Put(key, value []byte) error {
 	case int64(len(value)) > MaxValueSize:
 		return ErrValueTooLarge
 	}
-	kc, vc := b.tx.slab.copy2(key, value)
+	kc, vc := b.tx.db.slab.copy2(key, value)
 	if err := b.put(kc, vc, 0); err != nil {
 		return err
 	}

@@ -280,23 +280,6 @@ func (c *Cursor) current() (key, value []byte, flags uint32) {
 	return k, v, f
 }
 
-// node materialises the path to the current leaf and returns the leaf.
-func (c *Cursor) node() (*node, error) {
-	if r := c.top(); r.n != nil && r.isLeaf() {
-		return r.n, nil
-	}
-	n, err := c.b.materializeRoot()
-	if err != nil {
-		return nil, err
-	}
-	for i := 0; i < len(c.stack)-1; i++ {
-		if n, err = c.b.childNode(n, c.stack[i].idx); err != nil {
-			return nil, err
-		}
-	}
-	return n, nil
-}
-
 // searchPage returns the first element of page p whose key is >= key
 // (strict 0) or > key (strict 1). ksOff is the offset of the key size in
 // the element (8 for leaves, 4 for branches); the key position is the

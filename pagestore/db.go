@@ -60,6 +60,8 @@ type DB struct {
 	failed   error         // guarded by writeMu: set when the disk state is unknown
 	scratch  []byte        // guarded by writeMu: buffer for coalesced writes
 	arena    pageArena     // guarded by writeMu: the writer's dirty-page buffers
+	slab     slab          // guarded by writeMu: the writer's copies of put keys and values
+	inodes   inodePool     // guarded by writeMu: the writer's node element arrays
 	syncTime time.Duration // guarded by writeMu: time in fdatasync during the current commit
 
 	readersMu   sync.Mutex

@@ -55,7 +55,7 @@ func (n *node) root() *node {
 func (n *node) read(p []byte) {
 	n.leaf = pgFlags(p) == flagLeaf
 	cnt := pgCount(p)
-	n.inodes = make([]inode, cnt)
+	n.inodes = n.b.tx.db.inodes.get(cnt)[:cnt]
 	for i := 0; i < cnt; i++ {
 		in := &n.inodes[i]
 		if n.leaf {
@@ -109,6 +109,7 @@ func (n *node) put(oldKey, newKey, value []byte, child pgid, flags uint32) {
 		if idx < len(n.inodes) {
 			n.appendOnly = false
 		}
+		n.inodes = n.b.tx.db.inodes.grow(n.inodes)
 		n.inodes = append(n.inodes, inode{})
 		copy(n.inodes[idx+1:], n.inodes[idx:])
 	}

@@ -32,7 +32,6 @@ type Tx struct {
 	lockWait        time.Duration
 	syncTime        time.Duration // time the commit spent in fdatasync
 	shrinkTo        int64         // defrag: file size to cut to after unlocking
-	slab            slab          // copies of put keys and values
 }
 
 type dirtyPage struct {
@@ -246,6 +245,8 @@ func (tx *Tx) end(committed bool) {
 	}
 	tx.buckets, tx.root, tx.dirty = nil, nil, nil
 	tx.db.arena.reset()
+	tx.db.slab.reset()
+	tx.db.inodes.reset()
 	tx.db.writeMu.Unlock()
 }
 

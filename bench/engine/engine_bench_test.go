@@ -25,6 +25,8 @@ import (
 //	STRATA_BENCH_LARGE  sizes for commit-at-size, default "1GB,8GB"
 //	STRATA_BENCH_DIR    directory for the small workload files (default
 //	                    a fresh temp dir)
+//	STRATA_BENCH_LATDIR if set, commit-at-size writes each run's commit
+//	                    latencies there, one per line in commit order
 
 const (
 	valueSize   = 256
@@ -338,6 +340,16 @@ func (ls *largeSet) report(b *testing.B, eng engineDef, size int64) {
 	r := ls.rounds[i][key]
 	if r == nil || len(r.lat) == 0 {
 		b.Fatalf("%s: not measured", largeKey(eng.name, size))
+	}
+	if d := os.Getenv("STRATA_BENCH_LATDIR"); d != "" {
+		var sb strings.Builder
+		for _, l := range r.lat {
+			fmt.Fprintf(&sb, "%d\n", l.Microseconds())
+		}
+		name := fmt.Sprintf("%s-%dGB-%d.us", eng.name, size>>30, i)
+		if err := os.WriteFile(filepath.Join(d, name), []byte(sb.String()), 0o644); err != nil {
+			b.Log(err)
+		}
 	}
 	lat := slices.Clone(r.lat)
 	slices.Sort(lat)
