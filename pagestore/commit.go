@@ -15,7 +15,7 @@ func (tx *Tx) Commit() error {
 		return err
 	}
 	start := time.Now()
-	tx.db.syncTime = 0
+	tx.db.syncTime, tx.db.writeTime = 0, 0
 	published, err := tx.commit()
 	tx.syncTime = tx.db.syncTime
 	db := tx.db
@@ -27,7 +27,7 @@ func (tx *Tx) Commit() error {
 		}
 	}
 	if published {
-		db.st.recordCommit(time.Since(start))
+		db.st.recordCommit(time.Since(start), db.writeTime, tx.syncTime)
 		if tx.truncateTail {
 			db.defragState.steps.Add(1)
 			db.defragState.moved.Add(uint64(tx.defragMoved))
@@ -212,6 +212,8 @@ func (db *DB) writeDirty(pages []dirtyPage, hwm pgid) error {
 	}
 	db.sizeMu.Unlock()
 	sort.Slice(pages, func(i, j int) bool { return pages[i].id < pages[j].id })
+	start := time.Now()
+	defer func() { db.writeTime += time.Since(start) }()
 	const maxRun = 4 << 20
 	for i := 0; i < len(pages); {
 		// Pages [i, j) are adjacent on disk: one pwrite.

@@ -46,23 +46,24 @@ type DB struct {
 	// sizeMu guards fileSize and reserved and is held around every
 	// ftruncate: the writer takes it (under writeMu) to grow the file, and
 	// a finished defrag step takes it after releasing writeMu to shrink it.
-	sizeMu   sync.Mutex
-	fileSize int64         // guarded by sizeMu
-	reserved int64         // guarded by sizeMu: bytes the latest commit's pages need
-	zeroed   int64         // guarded by sizeMu: see prealloc.go
-	zeroBusy bool          // guarded by sizeMu: see prealloc.go
-	copiers  int           // guarded by sizeMu: running WriteTo calls; no shrinking meanwhile
-	sizeCond *sync.Cond    // on sizeMu: signalled when a zeroing pass ends
-	zeroCh   chan struct{} // wakes the preallocator; nil when disabled
-	zeroDone chan struct{} // closed when the preallocator exits
-	zeroStop atomic.Bool   // asks the preallocator to stop at once
-	metaBuf  [2][]byte     // guarded by writeMu: bytes last written to each meta slot
-	failed   error         // guarded by writeMu: set when the disk state is unknown
-	scratch  []byte        // guarded by writeMu: buffer for coalesced writes
-	arena    pageArena     // guarded by writeMu: the writer's dirty-page buffers
-	slab     slab          // guarded by writeMu: the writer's copies of put keys and values
-	inodes   inodePool     // guarded by writeMu: the writer's node element arrays
-	syncTime time.Duration // guarded by writeMu: time in fdatasync during the current commit
+	sizeMu    sync.Mutex
+	fileSize  int64         // guarded by sizeMu
+	reserved  int64         // guarded by sizeMu: bytes the latest commit's pages need
+	zeroed    int64         // guarded by sizeMu: see prealloc.go
+	zeroBusy  bool          // guarded by sizeMu: see prealloc.go
+	copiers   int           // guarded by sizeMu: running WriteTo calls; no shrinking meanwhile
+	sizeCond  *sync.Cond    // on sizeMu: signalled when a zeroing pass ends
+	zeroCh    chan struct{} // wakes the preallocator; nil when disabled
+	zeroDone  chan struct{} // closed when the preallocator exits
+	zeroStop  atomic.Bool   // asks the preallocator to stop at once
+	metaBuf   [2][]byte     // guarded by writeMu: bytes last written to each meta slot
+	failed    error         // guarded by writeMu: set when the disk state is unknown
+	scratch   []byte        // guarded by writeMu: buffer for coalesced writes
+	arena     pageArena     // guarded by writeMu: the writer's dirty-page buffers
+	slab      slab          // guarded by writeMu: the writer's copies of put keys and values
+	inodes    inodePool     // guarded by writeMu: the writer's node element arrays
+	syncTime  time.Duration // guarded by writeMu: time in fdatasync during the current commit
+	writeTime time.Duration // guarded by writeMu: time writing pages during the current commit
 
 	readersMu   sync.Mutex
 	readersDone *sync.Cond      // signalled when readers empties

@@ -21,6 +21,10 @@ type Stats struct {
 	CommitTotal       time.Duration // sum of successful commit durations
 	CommitMax         time.Duration
 	LastCommit        time.Duration
+	LastCommitWrite   time.Duration // of LastCommit: writing the dirty pages (pwrite)
+	LastCommitSync    time.Duration // of LastCommit: in fdatasync (both syncs)
+	WriteTotal        time.Duration // sum over successful commits of the page writes
+	SyncTotal         time.Duration // sum over successful commits of the fdatasyncs
 	PageWrites        uint64 // pwrite calls for data pages (after coalescing)
 	DefragSteps       uint64
 	DefragMovedPages  uint64
@@ -34,6 +38,10 @@ type statCounters struct {
 	commitTotal    atomic.Int64
 	commitMax      atomic.Int64
 	lastCommit     atomic.Int64
+	lastWrite      atomic.Int64
+	lastSync       atomic.Int64
+	writeTotal     atomic.Int64
+	syncTotal      atomic.Int64
 	pageWrites     atomic.Uint64
 	inUseBytes     atomic.Int64
 	freePages      atomic.Int64
@@ -42,10 +50,14 @@ type statCounters struct {
 	fileSize       atomic.Int64
 }
 
-func (s *statCounters) recordCommit(d time.Duration) {
+func (s *statCounters) recordCommit(d, write, sync time.Duration) {
 	s.commits.Add(1)
 	s.commitTotal.Add(int64(d))
 	s.lastCommit.Store(int64(d))
+	s.lastWrite.Store(int64(write))
+	s.lastSync.Store(int64(sync))
+	s.writeTotal.Add(int64(write))
+	s.syncTotal.Add(int64(sync))
 	for {
 		old := s.commitMax.Load()
 		if int64(d) <= old || s.commitMax.CompareAndSwap(old, int64(d)) {
@@ -82,6 +94,10 @@ func (db *DB) Stats() Stats {
 		CommitTotal:       time.Duration(db.st.commitTotal.Load()),
 		CommitMax:         time.Duration(db.st.commitMax.Load()),
 		LastCommit:        time.Duration(db.st.lastCommit.Load()),
+		LastCommitWrite:   time.Duration(db.st.lastWrite.Load()),
+		LastCommitSync:    time.Duration(db.st.lastSync.Load()),
+		WriteTotal:        time.Duration(db.st.writeTotal.Load()),
+		SyncTotal:         time.Duration(db.st.syncTotal.Load()),
 		PageWrites:        db.st.pageWrites.Load(),
 		DefragSteps:       db.defragState.steps.Load(),
 		DefragMovedPages:  db.defragState.moved.Load(),
