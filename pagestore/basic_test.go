@@ -3,6 +3,7 @@ package pagestore
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -85,4 +86,74 @@ func TestBasicPutGetReopen(t *testing.T) {
 	if _, err := Open(path, nil); !errors.Is(err, ErrDatabaseLocked) {
 		t.Fatalf("second open: %v, want ErrDatabaseLocked", err)
 	}
+}
+
+// TestAppendFastPathAfterDeletes drives Put's rightmost-leaf shortcut
+// through the cases that could make it wrong: appends, then deletes that
+// empty the rightmost leaf and more, then keys below, between and above
+// what is left, all in one transaction, and checks the result against a
+// map.
+func TestAppendFastPathAfterDeletes(t *testing.T) {
+	db := openT(t, tmpDB(t), &Options{NoSync: true, StrictMode: true})
+	want := map[string]string{}
+	key := func(i int) []byte { return []byte(fmt.Sprintf("k%08d", i)) }
+	put := func(b *Bucket, i int) {
+		t.Helper()
+		v := fmt.Sprintf("v%d", i)
+		if err := b.Put(key(i), []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+		want[string(key(i))] = v
+	}
+	del := func(b *Bucket, i int) {
+		t.Helper()
+		if err := b.Delete(key(i)); err != nil {
+			t.Fatal(err)
+		}
+		delete(want, string(key(i)))
+	}
+	update := func(fn func(b *Bucket)) {
+		t.Helper()
+		if err := db.Update(func(tx *Tx) error {
+			b, err := tx.CreateBucketIfNotExists([]byte("b"))
+			if err != nil {
+				return err
+			}
+			fn(b)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	update(func(b *Bucket) {
+		for i := 0; i < 5000; i += 2 {
+			put(b, i)
+		}
+	})
+	update(func(b *Bucket) {
+		for i := 5000; i < 6000; i += 2 {
+			put(b, i) // appends: the shortcut is armed
+		}
+		for i := 4000; i < 6000; i += 2 {
+			del(b, i) // empties the rightmost leaf and some before it
+		}
+		put(b, 3999) // above what is left: may take the shortcut
+		put(b, 1001) // below: must descend
+		put(b, 4001)
+		for i := 7000; i < 7200; i++ {
+			put(b, i)
+		}
+		put(b, 6999) // below the new largest
+		del(b, 7199)
+		put(b, 7198) // overwrite of the largest
+	})
+	update(func(b *Bucket) {
+		for i := 7200; i < 9000; i++ {
+			put(b, i)
+		}
+		put(b, 3) // a new transaction: a new shortcut, then a key far below
+	})
+	got := dump(t, db)["b"]
+	sameContents(t, map[string]map[string]string{"b": got}, map[string]map[string]string{"b": want})
+	checkDB(t, db)
 }

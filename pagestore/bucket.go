@@ -15,6 +15,12 @@ type Bucket struct {
 	rootNode *node  // materialised root; non-nil once the writer changes the tree
 	nodes    map[pgid]*node
 	deleted  bool
+	// lastLeaf is the rightmost leaf, once a descent reached it through
+	// the last child at every level: a key above its last key (the
+	// bucket's largest) belongs there, so appends skip the descent. The
+	// tree's shape only changes at commit (rebalance, spill), after the
+	// last Put, and spill clears it.
+	lastLeaf *node
 }
 
 // Name returns the bucket's name.
@@ -109,6 +115,10 @@ func (b *Bucket) Put(key, value []byte) error {
 }
 
 func (b *Bucket) put(key, value []byte, flags uint32) error {
+	if l := b.lastLeaf; l != nil && len(l.inodes) > 0 && bytes.Compare(l.inodes[len(l.inodes)-1].key, key) < 0 {
+		l.put(key, key, value, 0, flags)
+		return nil
+	}
 	n, err := b.leafFor(key)
 	if err != nil {
 		return err
@@ -124,6 +134,7 @@ func (b *Bucket) leafFor(key []byte) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
+	rightmost := true
 	for depth := 0; !n.leaf; depth++ {
 		if len(n.inodes) == 0 || depth > 64 {
 			return nil, corruptf(b.tx.db.path, "bucket %q: malformed tree at page %d", b.name, n.pgid)
@@ -136,10 +147,14 @@ func (b *Bucket) leafFor(key []byte) (*node, error) {
 			if i > 0 {
 				i--
 			}
+			rightmost = false
 		}
 		if n, err = b.childNode(n, i); err != nil {
 			return nil, err
 		}
+	}
+	if rightmost {
+		b.lastLeaf = n
 	}
 	return n, nil
 }
@@ -284,6 +299,7 @@ func (b *Bucket) nodeList() []*node {
 
 // spill writes the bucket's changed nodes and sets b.root to the new root.
 func (b *Bucket) spill() error {
+	b.lastLeaf = nil
 	if b.rootNode == nil {
 		return nil
 	}

@@ -25,7 +25,7 @@ type Stats struct {
 	LastCommitSync    time.Duration // of LastCommit: in fdatasync (both syncs)
 	WriteTotal        time.Duration // sum over successful commits of the page writes
 	SyncTotal         time.Duration // sum over successful commits of the fdatasyncs
-	PageWrites        uint64 // pwrite calls for data pages (after coalescing)
+	PageWrites        uint64        // pwrite calls for data pages (after coalescing)
 	DefragSteps       uint64
 	DefragMovedPages  uint64
 	DefragMaxLockHold time.Duration
