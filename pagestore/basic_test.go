@@ -88,11 +88,12 @@ func TestBasicPutGetReopen(t *testing.T) {
 	}
 }
 
-// TestAppendFastPathAfterDeletes drives Put's rightmost-leaf shortcut
-// through the cases that could make it wrong: appends, then deletes that
-// empty the rightmost leaf and more, then keys below, between and above
-// what is left, all in one transaction, and checks the result against a
-// map.
+// TestAppendFastPathAfterDeletes drives the writer's leaf hint (Put and
+// Delete skip the descent for a key in the last leaf's range) through the
+// cases that could make it wrong: appends, then deletes that empty the
+// rightmost leaf and more, then keys below, between and above what is
+// left, all in one transaction; then compaction-style deletes from the
+// left with misses; and checks the result against a map.
 func TestAppendFastPathAfterDeletes(t *testing.T) {
 	db := openT(t, tmpDB(t), &Options{NoSync: true, StrictMode: true})
 	want := map[string]string{}
@@ -152,6 +153,17 @@ func TestAppendFastPathAfterDeletes(t *testing.T) {
 			put(b, i)
 		}
 		put(b, 3) // a new transaction: a new shortcut, then a key far below
+	})
+	update(func(b *Bucket) {
+		// Compaction: the oldest first, with misses (odd keys below 4000
+		// were never put) in the leaf the hint holds and past its end.
+		for i := 0; i < 3000; i++ {
+			del(b, i)
+		}
+		put(b, 2999) // back into a leaf the deletes emptied
+		del(b, 8999)
+		del(b, 12345) // above everything
+		put(b, 500)
 	})
 	got := dump(t, db)["b"]
 	sameContents(t, map[string]map[string]string{"b": got}, map[string]map[string]string{"b": want})

@@ -15,12 +15,22 @@ type Bucket struct {
 	rootNode *node  // materialised root; non-nil once the writer changes the tree
 	nodes    map[pgid]*node
 	deleted  bool
-	// lastLeaf is the rightmost leaf, once a descent reached it through
-	// the last child at every level: a key above its last key (the
-	// bucket's largest) belongs there, so appends skip the descent. The
-	// tree's shape only changes at commit (rebalance, spill), after the
-	// last Put, and spill clears it.
-	lastLeaf *node
+	hint     leafHint
+}
+
+// leafHint is the leaf the writer's last descent reached, with the key
+// range its ancestors' separators give it: a key in that range belongs in
+// that leaf, so runs of puts or deletes in one leaf (appends of ascending
+// revisions, compaction deleting the oldest) skip the descent. The tree's
+// shape and separators only change at commit (rebalance, spill), after
+// the last Put or Delete, and spill clears the hint.
+type leafHint struct {
+	n      *node
+	lo, hi []byte // the leaf holds keys in [lo, hi); nil: unbounded
+}
+
+func (h *leafHint) covers(key []byte) bool {
+	return h.n != nil && (h.lo == nil || bytes.Compare(key, h.lo) >= 0) && (h.hi == nil || bytes.Compare(key, h.hi) < 0)
 }
 
 // Name returns the bucket's name.
@@ -115,8 +125,8 @@ func (b *Bucket) Put(key, value []byte) error {
 }
 
 func (b *Bucket) put(key, value []byte, flags uint32) error {
-	if l := b.lastLeaf; l != nil && len(l.inodes) > 0 && bytes.Compare(l.inodes[len(l.inodes)-1].key, key) < 0 {
-		l.put(key, key, value, 0, flags)
+	if b.hint.covers(key) {
+		b.hint.n.put(key, key, value, 0, flags)
 		return nil
 	}
 	n, err := b.leafFor(key)
@@ -134,7 +144,7 @@ func (b *Bucket) leafFor(key []byte) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	rightmost := true
+	var lo, hi []byte
 	for depth := 0; !n.leaf; depth++ {
 		if len(n.inodes) == 0 || depth > 64 {
 			return nil, corruptf(b.tx.db.path, "bucket %q: malformed tree at page %d", b.name, n.pgid)
@@ -147,15 +157,19 @@ func (b *Bucket) leafFor(key []byte) (*node, error) {
 			if i > 0 {
 				i--
 			}
-			rightmost = false
+		}
+		// Child 0 also takes the keys below its separator.
+		if i > 0 {
+			lo = n.inodes[i].key
+		}
+		if i+1 < len(n.inodes) {
+			hi = n.inodes[i+1].key
 		}
 		if n, err = b.childNode(n, i); err != nil {
 			return nil, err
 		}
 	}
-	if rightmost {
-		b.lastLeaf = n
-	}
+	b.hint = leafHint{n, lo, hi}
 	return n, nil
 }
 
@@ -171,6 +185,10 @@ func (b *Bucket) Delete(key []byte) error {
 }
 
 func (b *Bucket) del(key []byte) error {
+	if b.hint.covers(key) {
+		b.hint.n.del(key) // materialised already: a miss copies nothing
+		return nil
+	}
 	// Look first, so that deleting a missing key copies nothing.
 	if v, _, err := b.get(key); err != nil || v == nil {
 		return err
@@ -299,7 +317,7 @@ func (b *Bucket) nodeList() []*node {
 
 // spill writes the bucket's changed nodes and sets b.root to the new root.
 func (b *Bucket) spill() error {
-	b.lastLeaf = nil
+	b.hint = leafHint{}
 	if b.rootNode == nil {
 		return nil
 	}

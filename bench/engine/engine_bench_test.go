@@ -77,9 +77,12 @@ func BenchmarkEngine(b *testing.B) {
 		dir = b.TempDir()
 	}
 	states := make([]*smallState, len(engines))
-	seq := &seqSet{states: states}
+	sets := map[string]*lockSet{
+		"seq-insert":    {op: "seq-insert", states: states, measure: measureSeqInsert},
+		"delete-oldest": {op: "delete-oldest", states: states, measure: measureDeleteOldest},
+	}
 	for i, eng := range engines {
-		states[i] = &smallState{eng: eng, path: filepath.Join(dir, eng.name+".db"), nkeys: nkeys, val: val, seq: seq}
+		states[i] = &smallState{eng: eng, path: filepath.Join(dir, eng.name+".db"), nkeys: nkeys, val: val, sets: sets}
 	}
 	warmUp(b, dir, val)
 	for _, op := range smallOps {
@@ -134,7 +137,7 @@ type smallState struct {
 	nkeys     int
 	val       []byte
 	populated bool
-	seq       *seqSet
+	sets      map[string]*lockSet // the write workloads, run in lockstep
 }
 
 func (st *smallState) populate(b *testing.B) {
@@ -161,80 +164,112 @@ func (st *smallState) populate(b *testing.B) {
 	st.populated = true
 }
 
-// seqSet runs seq-insert for every engine the -bench pattern selects in
-// lockstep, batch by batch (pagestore's commit, bbolt's commit, bbolt's,
-// pagestore's, ...: the first engine alternates), the first time one of
-// their sub-benchmarks runs, and each then reports its share; again for
-// each -count iteration. Each engine's wall time and CPU are summed over
-// its own PutBatch calls. seq-insert is two fdatasyncs per commit for both
-// engines and so the workload most exposed to this VM's disk drifting by
-// 2x from one minute to the next: run one engine after the other, a slow
-// minute for one of them decided the ratio.
-type seqSet struct {
+// lockSet runs a write workload (seq-insert, delete-oldest) for every
+// engine the -bench pattern selects in lockstep, commit by commit
+// (pagestore's, bbolt's, then bbolt's, pagestore's: the first engine
+// alternates), the first time one of their sub-benchmarks runs; each then
+// reports its share. Again for each -count iteration. Each engine's wall
+// time and CPU are summed over its own commits. These workloads are two
+// fdatasyncs per 1,000 keys for both engines, so they are the ones most
+// exposed to this VM's disk drifting by 2x from one minute to the next:
+// run one engine after the other, a slow minute for one of them decided
+// the ratio.
+type lockSet struct {
+	op      string
 	states  []*smallState
-	rounds  []map[string]*seqRun
+	measure func(b *testing.B, sts []*smallState) []lockRun
+	rounds  []map[string]*lockRun
 	reports map[string]int
 }
 
-type seqRun struct {
-	wall, cpu, open time.Duration
-	fileMB          float64
+type lockRun struct {
+	ops       int
+	wall, cpu time.Duration
+	open      time.Duration // seq-insert: reopening the result
+	fileMB    float64
 }
 
-func (ss *seqSet) report(b *testing.B, st *smallState) {
-	if ss.reports == nil {
-		ss.reports = map[string]int{}
+func (ls *lockSet) report(b *testing.B, st *smallState) {
+	if ls.reports == nil {
+		ls.reports = map[string]int{}
 	}
-	i := ss.reports[st.eng.name]
-	ss.reports[st.eng.name]++
-	for len(ss.rounds) <= i {
-		ss.rounds = append(ss.rounds, ss.measure(b))
+	i := ls.reports[st.eng.name]
+	ls.reports[st.eng.name]++
+	for len(ls.rounds) <= i {
+		var sts []*smallState
+		for _, x := range ls.states {
+			if selected(x.eng.name + "/" + ls.op) {
+				sts = append(sts, x)
+			}
+		}
+		runs := ls.measure(b, sts)
+		round := map[string]*lockRun{}
+		for k, x := range sts {
+			round[x.eng.name] = &runs[k]
+		}
+		ls.rounds = append(ls.rounds, round)
 	}
-	r := ss.rounds[i][st.eng.name]
+	r := ls.rounds[i][st.eng.name]
 	if r == nil {
-		b.Fatalf("%s/seq-insert: not measured", st.eng.name)
+		b.Fatalf("%s/%s: not measured", st.eng.name, ls.op)
 	}
-	b.ReportMetric(float64(st.nkeys)/r.wall.Seconds(), "ops/s")
-	b.ReportMetric(float64(r.cpu.Nanoseconds())/1000/float64(st.nkeys), "cpu-us/op")
-	b.ReportMetric(float64(r.open.Microseconds())/1000, "open-ms")
+	b.ReportMetric(float64(r.ops)/r.wall.Seconds(), "ops/s")
+	b.ReportMetric(float64(r.cpu.Nanoseconds())/1000/float64(r.ops), "cpu-us/op")
+	if r.open > 0 {
+		b.ReportMetric(float64(r.open.Microseconds())/1000, "open-ms")
+	}
 	b.ReportMetric(r.fileMB, "file-MB")
 }
 
-func (ss *seqSet) measure(b *testing.B) map[string]*seqRun {
-	var sts []*smallState
-	var es []Engine
-	for _, st := range ss.states {
-		if !selected(st.eng.name + "/seq-insert") {
-			continue
-		}
-		os.Remove(st.path)
-		e, err := st.eng.open(st.path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		sts, es = append(sts, st), append(es, e)
-	}
-	runs := make([]seqRun, len(sts))
-	nkeys := sts[0].nkeys
-	for n, lo := 0, 0; lo < nkeys; n, lo = n+1, lo+batch {
-		keys := make([][]byte, 0, batch)
-		for i := lo; i < min(lo+batch, nkeys); i++ {
-			keys = append(keys, RevKey(uint64(i+1), 0))
-		}
-		for j := range es {
+// lockstep calls prep(i), untimed, then step(k, i) for each engine k,
+// engines alternating, for every batch i, and sums each engine's wall
+// time and CPU in its steps.
+func lockstep(b *testing.B, n, batches int, prep func(i int), step func(k, i int) error) []lockRun {
+	runs := make([]lockRun, n)
+	for i := 0; i < batches; i++ {
+		prep(i)
+		for j := 0; j < n; j++ {
 			k := j
-			if n%2 == 1 {
-				k = len(es) - 1 - j
+			if i%2 == 1 {
+				k = n - 1 - j
 			}
 			c0, t0 := cpuTime(), time.Now()
-			if err := es[k].PutBatch(keys, sts[k].val); err != nil {
+			if err := step(k, i); err != nil {
 				b.Fatal(err)
 			}
 			runs[k].wall += time.Since(t0)
 			runs[k].cpu += cpuTime() - c0
 		}
 	}
-	out := map[string]*seqRun{}
+	return runs
+}
+
+// keyBatch returns the revision keys [lo+1, hi+1).
+func keyBatch(lo, hi int) [][]byte {
+	keys := make([][]byte, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		keys = append(keys, RevKey(uint64(i+1), 0))
+	}
+	return keys
+}
+
+// measureSeqInsert: a new file per engine, nkeys ascending keys in
+// commits of batch; then the open time of the result.
+func measureSeqInsert(b *testing.B, sts []*smallState) []lockRun {
+	es := make([]Engine, len(sts))
+	for k, st := range sts {
+		os.Remove(st.path)
+		e, err := st.eng.open(st.path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		es[k] = e
+	}
+	nkeys := sts[0].nkeys
+	var keys [][]byte
+	runs := lockstep(b, len(es), (nkeys+batch-1)/batch,
+		func(i int) { keys = keyBatch(i*batch, min((i+1)*batch, nkeys)) },
+		func(k, _ int) error { return es[k].PutBatch(keys, sts[k].val) })
 	for k, st := range sts {
 		if err := es[k].Close(); err != nil {
 			b.Fatal(err)
@@ -243,12 +278,46 @@ func (ss *seqSet) measure(b *testing.B) map[string]*seqRun {
 		if err != nil {
 			b.Fatal(err)
 		}
+		runs[k].ops = nkeys
 		runs[k].open = od
 		runs[k].fileMB = float64(FileSize(st.path)) / (1 << 20)
 		st.populated = true
-		out[st.eng.name] = &runs[k]
 	}
-	return out
+	return runs
+}
+
+// measureDeleteOldest: on each engine's populated file, after the same
+// untimed full scan as the reads, delete the oldest half in commits of
+// batch.
+func measureDeleteOldest(b *testing.B, sts []*smallState) []lockRun {
+	es := make([]Engine, len(sts))
+	for k, st := range sts {
+		st.populate(b)
+		e, err := st.eng.open(st.path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if n, err := e.Scan(RevKey(0, 0), st.nkeys); err != nil || n != st.nkeys {
+			b.Fatalf("warm-up scan: %d keys, %v", n, err)
+		}
+		es[k] = e
+	}
+	half := sts[0].nkeys / 2
+	keys := make([][][]byte, (half+batch-1)/batch)
+	for i := range keys {
+		keys[i] = keyBatch(i*batch, min((i+1)*batch, half))
+	}
+	runs := lockstep(b, len(es), len(keys), func(int) {},
+		func(k, i int) error { return es[k].DeleteBatch(keys[i]) })
+	for k, st := range sts {
+		runs[k].ops = half
+		runs[k].fileMB = float64(FileSize(st.path)) / (1 << 20)
+		if err := es[k].Close(); err != nil {
+			b.Fatal(err)
+		}
+		st.populated = false // the workload changed the file
+	}
+	return runs
 }
 
 // withDB opens the populated file, warms it up untimed, and runs fn.
@@ -276,7 +345,7 @@ var smallOps = []struct {
 	run  func(b *testing.B, st *smallState)
 }{
 	{"seq-insert", func(b *testing.B, st *smallState) {
-		st.seq.report(b, st)
+		st.sets["seq-insert"].report(b, st)
 	}},
 	{"rand-get", func(b *testing.B, st *smallState) {
 		st.withDB(b, func(e Engine) {
@@ -318,25 +387,7 @@ var smallOps = []struct {
 		})
 	}},
 	{"delete-oldest", func(b *testing.B, st *smallState) {
-		st.withDB(b, func(e Engine) {
-			half := st.nkeys / 2
-			b.ResetTimer()
-			start, c0 := time.Now(), cpuTime()
-			for lo := 0; lo < half; lo += batch {
-				keys := make([][]byte, 0, batch)
-				for i := lo; i < min(lo+batch, half); i++ {
-					keys = append(keys, RevKey(uint64(i+1), 0))
-				}
-				if err := e.DeleteBatch(keys); err != nil {
-					b.Fatal(err)
-				}
-			}
-			el := time.Since(start)
-			b.ReportMetric(float64(half)/el.Seconds(), "ops/s")
-			reportCPU(b, c0, half)
-			b.ReportMetric(float64(FileSize(st.path))/(1<<20), "file-MB")
-		})
-		st.populated = false // the workload changed the file
+		st.sets["delete-oldest"].report(b, st)
 	}},
 }
 
