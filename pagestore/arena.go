@@ -1,108 +1,82 @@
 package pagestore
 
-// pageArena hands out the buffers a write transaction spills its nodes
-// into, and takes them all back when the transaction ends (commit or
-// rollback; the writer is single, under writeMu). Buffers are not zeroed:
-// node.write sets every byte of the run it is given (header, elements,
-// keys and values, then clears the rest), so a reused buffer carries
-// nothing from an earlier transaction. Dirty buffers are only ever
-// written to the file, never read back or handed to readers, so
-// recycling them once the transaction is over is safe.
-//
-// It saves a zeroed allocation per spilled node: for a 1,000-key append
-// commit, about 70 allocations and 280 KiB of clearing.
-type pageArena struct {
-	chunks [][]byte
-	cur    int // index of the chunk being cut
-	off    int // bytes cut from chunks[cur]
+// chunks hands out buffers cut from large chunks to the writer (under
+// writeMu) and takes them all back at once when the write transaction
+// ends (commit or rollback), keeping at most keep chunks for the next
+// one, so one huge commit does not pin its size in memory for good.
+// Buffers come back with whatever the last user left in them.
+type chunks struct {
+	size, keep int
+	list       [][]byte
+	cur        int // index of the chunk being cut
+	off        int // bytes cut from list[cur]
 }
 
-const (
-	arenaChunk = 1 << 20
-	// arenaKeep bounds what the arena keeps between transactions, so one
-	// huge commit does not pin its size in memory for good.
-	arenaKeep = 16
-)
-
 // get returns a buffer of n bytes with undefined contents.
-func (a *pageArena) get(n int) []byte {
-	if n > arenaChunk {
-		return make([]byte, n) // rare: a large value's overflow run
+func (c *chunks) get(n int) []byte {
+	if n > c.size {
+		return make([]byte, n)
 	}
 	for {
-		if a.cur == len(a.chunks) {
-			a.chunks = append(a.chunks, make([]byte, arenaChunk))
+		if c.cur == len(c.list) {
+			c.list = append(c.list, make([]byte, c.size))
 		}
-		c := a.chunks[a.cur]
-		if a.off+n <= len(c) {
-			b := c[a.off : a.off+n : a.off+n]
-			a.off += n
+		if c.off+n <= c.size {
+			b := c.list[c.cur][c.off : c.off+n : c.off+n]
+			c.off += n
 			return b
 		}
-		a.cur, a.off = a.cur+1, 0
+		c.cur, c.off = c.cur+1, 0
 	}
 }
 
 // reset makes every buffer handed out reusable.
-func (a *pageArena) reset() {
-	if len(a.chunks) > arenaKeep {
-		clear(a.chunks[arenaKeep:])
-		a.chunks = a.chunks[:arenaKeep]
+func (c *chunks) reset() {
+	if len(c.list) > c.keep {
+		clear(c.list[c.keep:])
+		c.list = c.list[:c.keep]
 	}
-	a.cur, a.off = 0, 0
+	c.cur, c.off = 0, 0
 }
 
-// slab copies keys and values for Put into shared chunks: one allocation
-// per 64 KiB instead of one per call. It belongs to the writer (under
-// writeMu) and its chunks are reused by the next write transaction once
-// this one has ended: the slices Get and cursors return are documented as
-// valid only until their transaction ends, the same contract as the
-// mapped pages (a page freed by a commit can be rewritten by the next).
-// Reusing them matters: a 10,000-key commit copied 2.7 MB into fresh
-// chunks, and on this VM the page faults of a heap that keeps growing
-// and being scavenged cost more than the copying.
-type slab struct {
-	chunks [][]byte
-	cur    int
-	off    int
-}
+// newPageArena returns the buffers a write transaction spills its nodes
+// into (1 MiB chunks, 16 kept). They are not zeroed: node.write sets
+// every byte of the run it is given (header, elements, keys and values,
+// then clears the rest), so a reused buffer carries nothing from an
+// earlier transaction. Dirty buffers are only ever written to the file,
+// never read back or handed to readers, so recycling them once the
+// transaction is over is safe. It saves a zeroed allocation per spilled
+// node: for a 1,000-key append commit, about 70 allocations and 280 KiB
+// of clearing. A run larger than a chunk (a large value's overflow) gets
+// its own allocation.
+func newPageArena() chunks { return chunks{size: 1 << 20, keep: 16} }
 
-const (
-	slabChunk = 64 << 10
-	slabKeep  = 256 // chunks kept between transactions: 16 MiB
-)
+// slab copies keys and values for Put into 64 KiB chunks (256 kept): one
+// allocation per chunk instead of one per call. Its chunks are reused by
+// the next write transaction once this one has ended: the slices Get and
+// cursors return are documented as valid only until their transaction
+// ends, the same contract as the mapped pages (a page freed by a commit
+// can be rewritten by the next). Reusing them matters: a 10,000-key
+// commit copied 2.7 MB into fresh chunks, and on this VM the page faults
+// of a heap that keeps growing and being scavenged cost more than the
+// copying.
+type slab struct{ chunks }
 
-// copy2 returns copies of k and v, adjacent in one buffer.
+func newSlab() slab { return slab{chunks{size: 64 << 10, keep: 256}} }
+
+// copy2 returns copies of k and v, adjacent in one buffer. A pair larger
+// than a quarter chunk gets its own allocation, so chunks are not wasted.
 func (s *slab) copy2(k, v []byte) (kc, vc []byte) {
 	n := len(k) + len(v)
 	var b []byte
-	if n > slabChunk/4 {
+	if n > s.size/4 {
 		b = make([]byte, n)
 	} else {
-		for {
-			if s.cur == len(s.chunks) {
-				s.chunks = append(s.chunks, make([]byte, slabChunk))
-			}
-			if s.off+n <= slabChunk {
-				b = s.chunks[s.cur][s.off : s.off+n : s.off+n]
-				s.off += n
-				break
-			}
-			s.cur, s.off = s.cur+1, 0
-		}
+		b = s.get(n)
 	}
 	copy(b, k)
 	copy(b[len(k):], v)
 	return b[:len(k):len(k)], b[len(k):]
-}
-
-// reset makes every chunk reusable.
-func (s *slab) reset() {
-	if len(s.chunks) > slabKeep {
-		clear(s.chunks[slabKeep:])
-		s.chunks = s.chunks[:slabKeep]
-	}
-	s.cur, s.off = 0, 0
 }
 
 // inodePool lends the writer's nodes their element arrays and takes them

@@ -59,7 +59,7 @@ type DB struct {
 	metaBuf   [2][]byte     // guarded by writeMu: bytes last written to each meta slot
 	failed    error         // guarded by writeMu: set when the disk state is unknown
 	scratch   []byte        // guarded by writeMu: buffer for coalesced writes
-	arena     pageArena     // guarded by writeMu: the writer's dirty-page buffers
+	arena     chunks        // guarded by writeMu: the writer's dirty-page buffers
 	slab      slab          // guarded by writeMu: the writer's copies of put keys and values
 	inodes    inodePool     // guarded by writeMu: the writer's node element arrays
 	syncTime  time.Duration // guarded by writeMu: time in fdatasync during the current commit
@@ -78,7 +78,8 @@ type DB struct {
 // Open opens or creates the database file at path.
 func Open(path string, opts *Options) (*DB, error) {
 	o := opts.withDefaults()
-	db := &DB{path: path, opts: o, fs: o.FS, log: o.Logger, readers: map[uint64]int{}}
+	db := &DB{path: path, opts: o, fs: o.FS, log: o.Logger, readers: map[uint64]int{},
+		arena: newPageArena(), slab: newSlab()}
 	db.readersDone = sync.NewCond(&db.readersMu)
 	db.sizeCond = sync.NewCond(&db.sizeMu)
 	lk, err := o.FS.Lock(path)
