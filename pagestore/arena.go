@@ -89,13 +89,17 @@ func (s *slab) copy2(k, v []byte) (kc, vc []byte) {
 // but both nodes belong to the same transaction.
 type inodePool struct {
 	free [inodeClasses][][]inode
+	kept int // elements held in free
 	lent [][]inode
 }
 
 const (
 	inodeMinClass = 4  // 16 elements
-	inodeClasses  = 21 // up to 16M elements
+	inodeClasses  = 21 // up to 1M elements; larger arrays are not pooled
 	inodeKeep     = 8  // arrays kept per class
+	// inodeBudget bounds the elements kept between transactions (64 bytes
+	// each: 16 MiB), so one huge transaction does not pin its size.
+	inodeBudget = 1 << 18
 )
 
 func inodeClass(n int) int {
@@ -116,6 +120,7 @@ func (p *inodePool) get(n int) []inode {
 	if l := len(p.free[c]); l > 0 {
 		a = p.free[c][l-1]
 		p.free[c] = p.free[c][:l-1]
+		p.kept -= cap(a)
 	} else {
 		a = make([]inode, 0, 1<<c)
 	}
@@ -135,12 +140,14 @@ func (p *inodePool) grow(a []inode) []inode {
 // reset takes back every array lent out.
 func (p *inodePool) reset() {
 	for _, a := range p.lent {
+		c := inodeClass(cap(a))
+		if len(p.free[c]) >= inodeKeep || p.kept+cap(a) > inodeBudget {
+			continue // left to the garbage collector
+		}
 		a = a[:cap(a)]
 		clear(a)
-		c := inodeClass(cap(a))
-		if len(p.free[c]) < inodeKeep {
-			p.free[c] = append(p.free[c], a[:0])
-		}
+		p.free[c] = append(p.free[c], a[:0])
+		p.kept += cap(a)
 	}
 	clear(p.lent)
 	p.lent = p.lent[:0]

@@ -169,3 +169,39 @@ func TestAppendFastPathAfterDeletes(t *testing.T) {
 	sameContents(t, map[string]map[string]string{"b": got}, map[string]map[string]string{"b": want})
 	checkDB(t, db)
 }
+
+// TestWriterPoolsAreBounded: a transaction far larger than usual must not
+// leave the writer holding its memory afterwards.
+func TestWriterPoolsAreBounded(t *testing.T) {
+	db := openT(t, tmpDB(t), &Options{NoSync: true})
+	val := make([]byte, 100)
+	if err := db.Update(func(tx *Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("b"))
+		if err != nil {
+			return err
+		}
+		for i := uint64(0); i < 300_000; i++ {
+			if err := b.Put(revKey(i), val); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if db.inodes.kept > inodeBudget {
+		t.Fatalf("inode pool keeps %d elements, budget %d", db.inodes.kept, inodeBudget)
+	}
+	n := 0
+	for _, l := range db.inodes.free {
+		for _, a := range l {
+			n += cap(a)
+		}
+	}
+	if n != db.inodes.kept {
+		t.Fatalf("inode pool: kept says %d, free lists hold %d", db.inodes.kept, n)
+	}
+	if len(db.slab.list) > db.slab.keep || len(db.arena.list) > db.arena.keep {
+		t.Fatalf("slab keeps %d chunks (max %d), arena %d (max %d)", len(db.slab.list), db.slab.keep, len(db.arena.list), db.arena.keep)
+	}
+}
