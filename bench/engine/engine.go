@@ -23,6 +23,10 @@ type Engine interface {
 	Get(n int, key func(i int) []byte) (found int, err error)
 	// Scan reads up to n consecutive keys from start, in one read tx.
 	Scan(start []byte, n int) (int, error)
+	// IOTime is the time commits have spent so far writing pages and in
+	// fdatasync, both syncs (pagestore: Stats WriteTotal + SyncTotal;
+	// bbolt: TxStats WriteTime, which spans the same steps).
+	IOTime() time.Duration
 	Close() error
 }
 
@@ -64,6 +68,11 @@ func TimeOpen(open Opener, path string) (time.Duration, error) {
 // ---- pagestore ----
 
 type psEngine struct{ db *pagestore.DB }
+
+func (e *psEngine) IOTime() time.Duration {
+	st := e.db.Stats()
+	return st.WriteTotal + st.SyncTotal
+}
 
 // OpenPagestore opens a pagestore file with default (durable) options.
 func OpenPagestore(path string) (Engine, error) { return OpenPagestoreOpts(path, nil) }
@@ -149,6 +158,11 @@ func (e *psEngine) Close() error { return e.db.Close() }
 // ---- bbolt, configured as etcd configures it ----
 
 type boltEngine struct{ db *bolt.DB }
+
+func (e *boltEngine) IOTime() time.Duration {
+	st := e.db.Stats()
+	return st.TxStats.GetWriteTime()
+}
 
 // OpenBolt opens a bbolt file with etcd's backend options: hashmap
 // freelist, no freelist sync, 10 GiB initial mmap; sequential puts use a
