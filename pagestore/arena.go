@@ -4,8 +4,7 @@ package pagestore
 // writeMu) and takes them all back at once when the write transaction
 // ends (commit or rollback), keeping at most keep chunks for the next
 // one, so one huge commit does not pin its size in memory for good.
-// Buffers come back with whatever the last user left in them, and with
-// capacity up to their chunk's end: a user must stay within len.
+// Buffers come back with whatever the last user left in them.
 type chunks struct {
 	size, keep int
 	list       [][]byte
@@ -23,9 +22,7 @@ func (c *chunks) get(n int) []byte {
 			c.list = append(c.list, make([]byte, c.size))
 		}
 		if c.off+n <= c.size {
-			// The capacity runs to the chunk's end, so that writeDirty
-			// can see buffers cut back to back and write them as one.
-			b := c.list[c.cur][c.off : c.off+n]
+			b := c.list[c.cur][c.off : c.off+n : c.off+n]
 			c.off += n
 			return b
 		}
@@ -75,7 +72,7 @@ func (s *slab) copy2(k, v []byte) (kc, vc []byte) {
 	if n > s.size/4 {
 		b = make([]byte, n)
 	} else {
-		b = s.get(n)[:n:n] // callers may append to what Get returns
+		b = s.get(n)
 	}
 	copy(b, k)
 	copy(b[len(k):], v)

@@ -149,14 +149,11 @@ func (b *Bucket) leafFor(key []byte) (*node, error) {
 		if len(n.inodes) == 0 || depth > 64 {
 			return nil, corruptf(b.tx.db.path, "bucket %q: malformed tree at page %d", b.name, n.pgid)
 		}
-		// The child is the last one whose separator is <= key. Appends
-		// (ascending revision keys) go to the last child: check it first.
-		i := len(n.inodes) - 1
-		if bytes.Compare(n.inodes[i].key, key) > 0 {
-			i = sort.Search(i, func(i int) bool { return bytes.Compare(n.inodes[i].key, key) > 0 })
-			if i > 0 {
-				i--
-			}
+		// The child is the last one whose separator is <= key. (Runs of
+		// appends rarely get here: the leaf hint catches them.)
+		i := sort.Search(len(n.inodes), func(i int) bool { return bytes.Compare(n.inodes[i].key, key) > 0 })
+		if i > 0 {
+			i--
 		}
 		// Child 0 also takes the keys below its separator.
 		if i > 0 {

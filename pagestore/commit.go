@@ -224,9 +224,7 @@ func (db *DB) writeDirty(pages []dirtyPage, hwm pgid) error {
 			j++
 		}
 		buf := pages[i].buf
-		if run := backToBack(pages[i:j], size); run != nil {
-			buf = run
-		} else if j-i > 1 {
+		if j-i > 1 {
 			if cap(db.scratch) < size {
 				db.scratch = make([]byte, 0, max(size, maxRun))
 			}
@@ -247,26 +245,6 @@ func (db *DB) writeDirty(pages []dirtyPage, hwm pgid) error {
 	db.kickPrealloc(need)
 	db.sizeMu.Unlock()
 	return nil
-}
-
-// backToBack returns the pages' buffers as one slice if they lie back to
-// back in memory, as pages spilled one after another into the same arena
-// chunk do, so that their run is written without being copied; nil if
-// they do not.
-func backToBack(pages []dirtyPage, size int) []byte {
-	first := pages[0].buf
-	if cap(first) < size {
-		return nil
-	}
-	run := first[:size]
-	off := 0
-	for _, p := range pages {
-		if len(p.buf) == 0 || &run[off] != &p.buf[0] {
-			return nil
-		}
-		off += len(p.buf)
-	}
-	return run
 }
 
 func (db *DB) sync() error {
