@@ -141,3 +141,29 @@ func TestEtcdSemantics(t *testing.T) {
 		t.Fatalf("consistent index %d after commit, want %d", s.ConsistentIndex(), ci)
 	}
 }
+
+// TestCompactToZeroSurvivesReopen: compacting to revision 0 is allowed on
+// a store that never compacted (as in etcd), and after a reopen a second
+// compaction to 0 is ErrCompacted. The reopen used to read the stored 0
+// back as "never compacted".
+func TestCompactToZeroSurvivesReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	ts := openTestStore(t, path, StoreConfig{})
+	if _, err := ts.s.Put(1, 1, &pb.PutRequest{Key: []byte("a"), Value: []byte("1")}); err != nil {
+		t.Fatal(err)
+	}
+	_, done, err := ts.s.Compact(2, 1, &pb.CompactionRequest{Revision: 0})
+	if err != nil {
+		t.Fatalf("first compaction to 0: %v", err)
+	}
+	<-done
+	ts.close()
+	ts = openTestStore(t, path, StoreConfig{})
+	defer ts.close()
+	if got := ts.s.CompactRev(); got != 0 {
+		t.Fatalf("compacted revision after reopen: %d, want 0", got)
+	}
+	if _, _, err := ts.s.Compact(3, 1, &pb.CompactionRequest{Revision: 0}); !errors.Is(err, ErrCompacted) {
+		t.Fatalf("second compaction to 0: %v, want ErrCompacted", err)
+	}
+}

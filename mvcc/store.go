@@ -101,7 +101,7 @@ func OpenStore(be *Backend, cfg StoreConfig) (*Store, error) {
 		return nil, err
 	}
 	s.compactor = newCompactor(s)
-	if scheduled > finished && scheduled > 0 {
+	if scheduled > finished {
 		s.log.Info("resuming interrupted compaction", "scheduled", scheduled, "finished", finished)
 		s.compactor.schedule(scheduled)
 	}
@@ -163,7 +163,7 @@ func (s *Store) restore() (scheduled, finished int64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	if finished > 0 {
+	if finished >= 0 {
 		s.compactRev.Store(finished)
 	}
 	if scheduled > finished {
@@ -178,10 +178,12 @@ func (s *Store) restore() (scheduled, finished int64, err error) {
 	return scheduled, finished, nil
 }
 
+// readRevMeta reads a compaction revision from the meta bucket: -1 when
+// there is none (0 is a revision one may compact to, as in etcd).
 func readRevMeta(meta *pagestore.Bucket, key []byte) (int64, error) {
 	v, err := meta.Get(key)
 	if err != nil || v == nil {
-		return 0, err
+		return -1, err
 	}
 	rev, _, err := parseRevKey(v)
 	if err != nil {
