@@ -25,8 +25,9 @@ import (
 //	STRATA_BENCH_LARGE  sizes for commit-at-size, default "1GB,8GB"
 //	STRATA_BENCH_DIR    directory for the small workload files (default
 //	                    a fresh temp dir)
-//	STRATA_BENCH_LATDIR if set, commit-at-size writes each run's commit
-//	                    latencies there, one per line in commit order
+//	STRATA_BENCH_LATDIR if set, seq-insert, delete-oldest and
+//	                    commit-at-size write each run's commit latencies
+//	                    there, one per line in commit order
 
 const (
 	valueSize   = 256
@@ -189,6 +190,7 @@ type lockRun struct {
 	io        time.Duration // IOTime over the steps
 	open      time.Duration // seq-insert: reopening the result
 	fileMB    float64
+	lat       []time.Duration // each step's wall time, in order
 }
 
 func (ls *lockSet) report(b *testing.B, st *smallState) {
@@ -215,6 +217,7 @@ func (ls *lockSet) report(b *testing.B, st *smallState) {
 	if r == nil {
 		b.Fatalf("%s/%s: not measured", st.eng.name, ls.op)
 	}
+	writeLatencies(b, fmt.Sprintf("%s-%s-%d.us", st.eng.name, ls.op, i), r.lat)
 	b.ReportMetric(float64(r.ops)/r.wall.Seconds(), "ops/s")
 	b.ReportMetric(float64(r.cpu.Nanoseconds())/1000/float64(r.ops), "cpu-us/op")
 	if r.open > 0 {
@@ -224,6 +227,22 @@ func (ls *lockSet) report(b *testing.B, st *smallState) {
 	// The time per commit in page writes and both fdatasyncs: the part of
 	// the wall time set by the disk, which moves the ratio.
 	b.ReportMetric(float64(r.io.Microseconds())/float64(r.commits), "io-us/commit")
+}
+
+// writeLatencies writes lat to $STRATA_BENCH_LATDIR/name, one value in
+// microseconds per line in commit order, if that variable is set.
+func writeLatencies(b *testing.B, name string, lat []time.Duration) {
+	d := os.Getenv("STRATA_BENCH_LATDIR")
+	if d == "" {
+		return
+	}
+	var sb strings.Builder
+	for _, l := range lat {
+		fmt.Fprintf(&sb, "%d\n", l.Microseconds())
+	}
+	if err := os.WriteFile(filepath.Join(d, name), []byte(sb.String()), 0o644); err != nil {
+		b.Log(err)
+	}
 }
 
 // lockstep calls prep(i), untimed, then step(k, i) on es[k] for each
@@ -243,7 +262,9 @@ func lockstep(b *testing.B, es []Engine, batches int, prep func(i int), step fun
 			if err := step(k, i); err != nil {
 				b.Fatal(err)
 			}
-			runs[k].wall += time.Since(t0)
+			d := time.Since(t0)
+			runs[k].wall += d
+			runs[k].lat = append(runs[k].lat, d)
 			runs[k].cpu += cpuTime() - c0
 			runs[k].io += es[k].IOTime() - io0
 			runs[k].commits++
@@ -481,16 +502,7 @@ func (ls *largeSet) report(b *testing.B, eng engineDef, size int64) {
 	if r == nil || len(r.lat) == 0 {
 		b.Fatalf("%s: not measured", largeKey(eng.name, size))
 	}
-	if d := os.Getenv("STRATA_BENCH_LATDIR"); d != "" {
-		var sb strings.Builder
-		for _, l := range r.lat {
-			fmt.Fprintf(&sb, "%d\n", l.Microseconds())
-		}
-		name := fmt.Sprintf("%s-%dGB-%d.us", eng.name, size>>30, i)
-		if err := os.WriteFile(filepath.Join(d, name), []byte(sb.String()), 0o644); err != nil {
-			b.Log(err)
-		}
-	}
+	writeLatencies(b, fmt.Sprintf("%s-%dGB-%d.us", eng.name, size>>30, i), r.lat)
 	lat := slices.Clone(r.lat)
 	slices.Sort(lat)
 	n := float64(len(lat) * largeCommit)
