@@ -12,8 +12,17 @@ type chunks struct {
 	off        int // bytes cut from list[cur]
 }
 
-// get returns a buffer of n bytes with undefined contents.
+// get returns a buffer of n bytes with undefined contents. Its capacity
+// ends at n, so appending to it can never reach a neighbour's bytes.
 func (c *chunks) get(n int) []byte {
+	b := c.getRun(n)
+	return b[:n:n]
+}
+
+// getRun is get with the capacity left running to the end of the chunk,
+// so that buffers cut one after another can be recognised as adjacent
+// (see adjacentBufs). For dirty pages only: nothing ever appends to them.
+func (c *chunks) getRun(n int) []byte {
 	if n > c.size {
 		return make([]byte, n)
 	}
@@ -22,7 +31,7 @@ func (c *chunks) get(n int) []byte {
 			c.list = append(c.list, make([]byte, c.size))
 		}
 		if c.off+n <= c.size {
-			b := c.list[c.cur][c.off : c.off+n : c.off+n]
+			b := c.list[c.cur][c.off : c.off+n]
 			c.off += n
 			return b
 		}

@@ -201,7 +201,15 @@ func TestWriterPoolsAreBounded(t *testing.T) {
 	if n != db.inodes.kept {
 		t.Fatalf("inode pool: kept says %d, free lists hold %d", db.inodes.kept, n)
 	}
-	if len(db.slab.list) > db.slab.keep || len(db.arena.list) > db.arena.keep {
-		t.Fatalf("slab keeps %d chunks (max %d), arena %d (max %d)", len(db.slab.list), db.slab.keep, len(db.arena.list), db.arena.keep)
+	if len(db.slab.list) > db.slab.keep {
+		t.Fatalf("slab keeps %d chunks (max %d)", len(db.slab.list), db.slab.keep)
+	}
+	for i, a := range db.arenas {
+		if len(a.list) > a.keep {
+			t.Fatalf("arena %d keeps %d chunks (max %d)", i, len(a.list), a.keep)
+		}
+	}
+	if db.recent != nil {
+		t.Fatalf("a commit of %d chunks is kept as recent", len(db.arenas[0].list)+len(db.arenas[1].list))
 	}
 }

@@ -96,6 +96,7 @@ func (tx *Tx) commit() (published bool, err error) {
 	}
 
 	// Durable: publish.
+	tx.published = true
 	m := tx.meta
 	db.meta.Store(&m)
 	if len(tx.freed) > 0 {
@@ -224,7 +225,7 @@ func (db *DB) writeDirty(pages []dirtyPage, hwm pgid) error {
 			j++
 		}
 		buf := pages[i].buf
-		if j-i > 1 {
+		if j-i > 1 && !adjacentBufs(pages[i:j]) {
 			if cap(db.scratch) < size {
 				db.scratch = make([]byte, 0, max(size, maxRun))
 			}
@@ -233,6 +234,8 @@ func (db *DB) writeDirty(pages []dirtyPage, hwm pgid) error {
 				run = append(run, p.buf...)
 			}
 			buf = run
+		} else if j-i > 1 {
+			buf = buf[:size] // the pages lie end to end in one arena chunk
 		}
 		db.forget(pages[i].id, uint64(end-pages[i].id))
 		if err := writeFull(db.file, buf, int64(pages[i].id)*ps); err != nil {
@@ -245,6 +248,22 @@ func (db *DB) writeDirty(pages []dirtyPage, hwm pgid) error {
 	db.kickPrealloc(need)
 	db.sizeMu.Unlock()
 	return nil
+}
+
+// adjacentBufs reports whether each page's buffer starts where the one
+// before it ends, inside the first one's capacity: an append's new leaves
+// are cut one after another from the same arena chunk, so their run can be
+// written from the chunk without copying it.
+func adjacentBufs(pages []dirtyPage) bool {
+	first := pages[0].buf
+	n := len(first)
+	for _, p := range pages[1:] {
+		if len(p.buf) == 0 || cap(first) < n+len(p.buf) || &first[:n+1][n] != &p.buf[0] {
+			return false
+		}
+		n += len(p.buf)
+	}
+	return true
 }
 
 func (db *DB) sync() error {

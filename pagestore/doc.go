@@ -181,7 +181,11 @@
 // verify each page's checksum and structure the first time this process
 // reads it (a bitmap remembers verified pages; it is cleared when a page is
 // rewritten), so corruption is reported as ErrCorrupt naming the file and
-// page id instead of being followed.
+// page id instead of being followed. The writer is the exception for the
+// pages the latest commit wrote: it keeps that commit's page buffers until
+// the next commit and reads those pages from memory, since they are
+// byte for byte what the commit wrote and synced (copy on write never
+// rewrites a page the latest commit uses).
 //
 // # Mapping
 //

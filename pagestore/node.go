@@ -227,7 +227,7 @@ func (n *node) spill() error {
 		if err != nil {
 			return err
 		}
-		buf := tx.db.arena.get(npages * ps)
+		buf := tx.db.arenas[tx.db.arenaCur].getRun(npages * ps)
 		m.write(buf, id, ps)
 		tx.dirty = append(tx.dirty, dirtyPage{id, buf})
 		m.pgid = id

@@ -32,6 +32,7 @@ type Tx struct {
 	lockWait        time.Duration
 	syncTime        time.Duration // time the commit spent in fdatasync
 	shrinkTo        int64         // defrag: file size to cut to after unlocking
+	published       bool          // the commit is durable: dirty becomes db.recent
 }
 
 type dirtyPage struct {
@@ -59,7 +60,26 @@ func (tx *Tx) DB() *DB { return tx.db }
 // it (its high-water mark); WriteTo writes exactly this many bytes.
 func (tx *Tx) Size() int64 { return int64(tx.meta.hwm) * int64(tx.db.pageSize) }
 
-func (tx *Tx) page(id pgid) ([]byte, error) { return tx.db.page(id, tx.meta.hwm) }
+func (tx *Tx) page(id pgid) ([]byte, error) {
+	if tx.writable {
+		if p := tx.db.recentPage(id); p != nil {
+			return p, nil
+		}
+	}
+	return tx.db.page(id, tx.meta.hwm)
+}
+
+// recentPage returns the latest commit's buffer for the run at id, or
+// nil. Only the writer may use it (the buffers are recycled by the next
+// commit but one). Caller holds writeMu.
+func (db *DB) recentPage(id pgid) []byte {
+	r := db.recent
+	i := sort.Search(len(r), func(i int) bool { return r[i].id >= id })
+	if i < len(r) && r[i].id == id {
+		return r[i].buf
+	}
+	return nil
+}
 
 func (tx *Tx) check(write bool) error {
 	if tx.closed {
@@ -243,8 +263,18 @@ func (tx *Tx) end(committed bool) {
 	if !committed {
 		tx.undo()
 	}
+	if db := tx.db; tx.published {
+		// This commit's pages become recent and the arena that held the
+		// previous commit's is free again; unless the commit was too big
+		// to be worth keeping until the next one.
+		db.recent = nil
+		if a := &db.arenas[db.arenaCur]; len(a.list) <= a.keep {
+			db.recent = tx.dirty
+			db.arenaCur ^= 1
+		}
+	}
 	tx.buckets, tx.root, tx.dirty = nil, nil, nil
-	tx.db.arena.reset()
+	tx.db.arenas[tx.db.arenaCur].reset()
 	tx.db.slab.reset()
 	tx.db.inodes.reset()
 	tx.db.writeMu.Unlock()
