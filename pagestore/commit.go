@@ -162,7 +162,7 @@ func (tx *Tx) writeFreelistRecord() (extent, bool, error) {
 		if len(content.ext) > est {
 			return extent{}, false, fmt.Errorf("pagestore: internal error: checkpoint estimate %d < %d extents", est, len(content.ext))
 		}
-		buf := make([]byte, n*ps)
+		buf := db.arenas[db.arenaCur].getRun(n * ps)
 		encodeFreelistRecord(buf, id, flKindCheckpt, 0, tx.meta.txid, tx.meta.hwm, tx.truncHWM, nil, content.ext, ps)
 		tx.dirty = append(tx.dirty, dirtyPage{id, buf})
 		tx.meta.flHead = id
@@ -180,7 +180,7 @@ func (tx *Tx) writeFreelistRecord() (extent, bool, error) {
 	if len(allocN)+len(freedN) > est {
 		return extent{}, false, fmt.Errorf("pagestore: internal error: delta estimate %d < %d extents", est, len(allocN)+len(freedN))
 	}
-	buf := make([]byte, n*ps)
+	buf := db.arenas[db.arenaCur].getRun(n * ps) // after the spilled pages: usually one run with them
 	encodeFreelistRecord(buf, id, flKindDelta, tx.meta.flHead, tx.meta.txid, tx.meta.hwm, tx.truncHWM, allocN, freedN, ps)
 	tx.dirty = append(tx.dirty, dirtyPage{id, buf})
 	tx.meta.flHead = id

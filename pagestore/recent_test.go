@@ -125,3 +125,36 @@ func TestWriterReadsLatestCommitFromMemory(t *testing.T) {
 	got := dump(t, db)["b"]
 	sameContents(t, map[string]map[string]string{"b": got}, map[string]map[string]string{"b": want})
 }
+
+// TestAppendCommitWritesFromArena: an append commit's new pages (leaves,
+// the branch above them, the directory leaf, the freelist record) are cut
+// one after another from the arena and land one after another at the end
+// of the file, so they are written from the arena as they are; the scratch
+// buffer for gathering scattered pages into one pwrite is never needed.
+func TestAppendCommitWritesFromArena(t *testing.T) {
+	db := openT(t, tmpDB(t), &Options{NoSync: true})
+	defer db.Close()
+	val := make([]byte, 256)
+	for c := 0; c < 30; c++ {
+		if err := db.Update(func(tx *Tx) error {
+			b, err := tx.CreateBucketIfNotExists([]byte("b"))
+			if err != nil {
+				return err
+			}
+			for i := 0; i < 1000; i++ {
+				if err := b.Put(revKey(uint64(c*1000+i)), val); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if cap(db.scratch) != 0 {
+			t.Fatalf("commit %d gathered its pages into the scratch buffer (%d bytes) instead of writing them from the arena", c, cap(db.scratch))
+		}
+	}
+	if w, c := db.Stats().PageWrites, db.Stats().Commits; w > 5*c {
+		t.Fatalf("%d page writes for %d commits", w, c)
+	}
+}
