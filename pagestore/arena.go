@@ -56,10 +56,9 @@ func (c *chunks) reset() {
 // back only by the writer of the next transaction (DB.recent), never by
 // readers, and the DB keeps two arenas so that a buffer is recycled only
 // once the transaction after the one that wrote it has ended. It saves a
-// zeroed allocation per spilled
-// node: for a 1,000-key append commit, about 70 allocations and 280 KiB
-// of clearing. A run larger than a chunk (a large value's overflow) gets
-// its own allocation.
+// zeroed allocation per spilled node: for a 1,000-key append commit,
+// about 70 allocations and 280 KiB of clearing. A run larger than a chunk
+// (a large value's overflow) gets its own allocation.
 func newPageArena() chunks { return chunks{size: 1 << 20, keep: 16} }
 
 // slab copies keys and values for Put into 64 KiB chunks (256 kept): one

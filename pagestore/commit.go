@@ -162,7 +162,7 @@ func (tx *Tx) writeFreelistRecord() (extent, bool, error) {
 		if len(content.ext) > est {
 			return extent{}, false, fmt.Errorf("pagestore: internal error: checkpoint estimate %d < %d extents", est, len(content.ext))
 		}
-		buf := db.arenas[db.arenaCur].getRun(n * ps)
+		buf := db.pageBuf(n * ps)
 		encodeFreelistRecord(buf, id, flKindCheckpt, 0, tx.meta.txid, tx.meta.hwm, tx.truncHWM, nil, content.ext, ps)
 		tx.dirty = append(tx.dirty, dirtyPage{id, buf})
 		tx.meta.flHead = id
@@ -180,7 +180,7 @@ func (tx *Tx) writeFreelistRecord() (extent, bool, error) {
 	if len(allocN)+len(freedN) > est {
 		return extent{}, false, fmt.Errorf("pagestore: internal error: delta estimate %d < %d extents", est, len(allocN)+len(freedN))
 	}
-	buf := db.arenas[db.arenaCur].getRun(n * ps) // after the spilled pages: usually one run with them
+	buf := db.pageBuf(n * ps) // right after the spilled pages, in memory as on disk
 	encodeFreelistRecord(buf, id, flKindDelta, tx.meta.flHead, tx.meta.txid, tx.meta.hwm, tx.truncHWM, allocN, freedN, ps)
 	tx.dirty = append(tx.dirty, dirtyPage{id, buf})
 	tx.meta.flHead = id
@@ -225,17 +225,19 @@ func (db *DB) writeDirty(pages []dirtyPage, hwm pgid) error {
 			j++
 		}
 		buf := pages[i].buf
-		if j-i > 1 && !adjacentBufs(pages[i:j]) {
-			if cap(db.scratch) < size {
-				db.scratch = make([]byte, 0, max(size, maxRun))
+		if j-i > 1 {
+			if adjacentBufs(pages[i:j]) {
+				buf = buf[:size] // end to end in one arena chunk: no copy
+			} else {
+				if cap(db.scratch) < size {
+					db.scratch = make([]byte, 0, max(size, maxRun))
+				}
+				run := db.scratch[:0]
+				for _, p := range pages[i:j] {
+					run = append(run, p.buf...)
+				}
+				buf = run
 			}
-			run := db.scratch[:0]
-			for _, p := range pages[i:j] {
-				run = append(run, p.buf...)
-			}
-			buf = run
-		} else if j-i > 1 {
-			buf = buf[:size] // the pages lie end to end in one arena chunk
 		}
 		db.forget(pages[i].id, uint64(end-pages[i].id))
 		if err := writeFull(db.file, buf, int64(pages[i].id)*ps); err != nil {
@@ -251,9 +253,11 @@ func (db *DB) writeDirty(pages []dirtyPage, hwm pgid) error {
 }
 
 // adjacentBufs reports whether each page's buffer starts where the one
-// before it ends, inside the first one's capacity: an append's new leaves
-// are cut one after another from the same arena chunk, so their run can be
-// written from the chunk without copying it.
+// before it ends, inside the first one's capacity. An append commit's new
+// pages (leaves, the branch above them, the directory leaf, the freelist
+// record) are cut one after another from the same arena chunk and get
+// consecutive ids at the end of the file, so their run is written from the
+// chunk without copying it.
 func adjacentBufs(pages []dirtyPage) bool {
 	first := pages[0].buf
 	n := len(first)

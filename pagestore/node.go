@@ -227,7 +227,7 @@ func (n *node) spill() error {
 		if err != nil {
 			return err
 		}
-		buf := tx.db.arenas[tx.db.arenaCur].getRun(npages * ps)
+		buf := tx.db.pageBuf(npages * ps)
 		m.write(buf, id, ps)
 		tx.dirty = append(tx.dirty, dirtyPage{id, buf})
 		m.pgid = id

@@ -69,6 +69,10 @@ func (tx *Tx) page(id pgid) ([]byte, error) {
 	return tx.db.page(id, tx.meta.hwm)
 }
 
+// pageBuf returns a buffer for a dirty page run of n bytes, from the
+// current transaction's arena. Caller holds writeMu.
+func (db *DB) pageBuf(n int) []byte { return db.arenas[db.arenaCur].getRun(n) }
+
 // recentPage returns the latest commit's buffer for the run at id, or
 // nil. Only the writer may use it (the buffers are recycled by the next
 // commit but one). Caller holds writeMu.
