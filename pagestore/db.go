@@ -95,19 +95,23 @@ func Open(path string, opts *Options) (*DB, error) {
 		arenas: [2]chunks{newPageArena(), newPageArena()}, slab: newSlab()}
 	db.readersDone = sync.NewCond(&db.readersMu)
 	db.sizeCond = sync.NewCond(&db.sizeMu)
-	lk, err := o.FS.Lock(path)
-	if err != nil {
-		if errors.Is(err, vfs.ErrLocked) {
-			return nil, fmt.Errorf("%w: %s", ErrDatabaseLocked, path)
+	if !o.ReadOnly {
+		// A read-only open locks the file it opened instead (see open):
+		// Lock would create a missing file and needs write permission.
+		lk, err := o.FS.Lock(path)
+		if err != nil {
+			if errors.Is(err, vfs.ErrLocked) {
+				return nil, fmt.Errorf("%w: %s", ErrDatabaseLocked, path)
+			}
+			return nil, fmt.Errorf("pagestore: lock %s: %w", path, err)
 		}
-		return nil, fmt.Errorf("pagestore: lock %s: %w", path, err)
+		db.lock = lk
 	}
-	db.lock = lk
 	if err := db.open(); err != nil {
 		db.closeFiles()
 		return nil, err
 	}
-	if o.Preallocate {
+	if o.Preallocate && !o.ReadOnly {
 		db.zeroCh = make(chan struct{}, 1)
 		db.zeroDone = make(chan struct{})
 		go db.preallocLoop()
@@ -119,18 +123,36 @@ func Open(path string, opts *Options) (*DB, error) {
 }
 
 func (db *DB) open() error {
-	f, err := db.fs.OpenFile(db.path, os.O_RDWR|os.O_CREATE, 0o600)
+	ro := db.opts.ReadOnly
+	flag := os.O_RDWR | os.O_CREATE
+	if ro {
+		flag = os.O_RDONLY
+	}
+	f, err := db.fs.OpenFile(db.path, flag, 0o600)
 	if err != nil {
 		return fmt.Errorf("pagestore: open %s: %w", db.path, err)
 	}
 	db.file = f
+	if ro {
+		// Shared: read-only opens coexist, and conflict with the
+		// exclusive lock a writer holds on the same file.
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return fmt.Errorf("%w: %s", ErrDatabaseLocked, db.path)
+			}
+			return fmt.Errorf("pagestore: lock %s: %w", db.path, err)
+		}
+	}
 	size, err := f.Size()
 	if err != nil {
 		return fmt.Errorf("pagestore: stat %s: %w", db.path, err)
 	}
 	m, err := db.readMetas(size)
 	if err != nil {
-		if size >= int64(4*minPageSize) && size >= int64(4*osPageSize) {
+		if ro && !errors.Is(err, ErrCorrupt) {
+			return corruptf(db.path, "%v", err)
+		}
+		if ro || size >= int64(4*minPageSize) && size >= int64(4*osPageSize) {
 			return err
 		}
 		// Too short to have finished creation: an interrupted create.
@@ -146,10 +168,13 @@ func (db *DB) open() error {
 	if int64(m.hwm)*int64(db.pageSize) > size {
 		return corruptf(db.path, "file is %d bytes but the meta of tx %d needs %d pages of %d bytes", size, m.txid, m.hwm, db.pageSize)
 	}
+	if ro && size > db.opts.MaxMapSize {
+		db.opts.MaxMapSize = size // never grows: map what is there
+	}
 	if size > db.opts.MaxMapSize {
 		return fmt.Errorf("%w: %s is %d bytes, MaxMapSize is %d", ErrMapFull, db.path, size, db.opts.MaxMapSize)
 	}
-	if db.opts.InitialMmapSize > size {
+	if db.opts.InitialMmapSize > size && !ro {
 		if err := f.Truncate(db.opts.InitialMmapSize); err != nil {
 			return fmt.Errorf("pagestore: grow %s: %w", db.path, err)
 		}
@@ -194,27 +219,38 @@ func (db *DB) readMetas(size int64) (*meta, error) {
 	if m0 != nil {
 		sizes = []int{int(m0.pageSize)}
 	}
-	for _, ps := range sizes {
+	// Slot 1's offset is the page size, which only a valid meta knows;
+	// without one, the error reported for it is the one at the likeliest
+	// offset (the first size tried).
+	off1 := sizes[0]
+	for i, ps := range sizes {
 		if ps >= len(buf) {
 			continue
 		}
-		if m1, err1 = decodeMeta(buf[ps:], 1); m1 != nil && int(m1.pageSize) == ps {
+		m, err := decodeMeta(buf[ps:], 1)
+		if m != nil && int(m.pageSize) == ps {
+			m1, err1, off1 = m, nil, ps
 			break
 		}
-		m1 = nil
-		if err1 == nil {
-			err1 = errors.New("page size disagrees with slot position")
+		if err == nil {
+			err = errors.New("page size disagrees with slot position")
 		}
+		if i == 0 || err1 == nil {
+			err1 = err
+		}
+	}
+	if m1 == nil && err1 == nil {
+		err1 = fmt.Errorf("file too short (%d bytes)", len(buf))
 	}
 	var m *meta
 	switch {
 	case m0 == nil && m1 == nil:
-		return nil, corruptf(db.path, "no valid meta page (page 0: %v; page 1: %v)", err0, err1)
+		return nil, corruptf(db.path, "no valid meta page (page 0 at offset 0: %v; page 1 at offset %d: %v)", err0, off1, err1)
 	case m0 == nil:
-		db.log.Warn("pagestore: meta page 0 invalid, using page 1", "path", db.path, "err", err0)
+		db.log.Warn("pagestore: meta page 0 invalid, using page 1", "path", db.path, "offset", 0, "err", err0)
 		m = m1
 	case m1 == nil:
-		db.log.Warn("pagestore: meta page 1 invalid, using page 0", "path", db.path, "err", err1)
+		db.log.Warn("pagestore: meta page 1 invalid, using page 0", "path", db.path, "offset", m0.pageSize, "err", err1)
 		m = m0
 	case m1.txid > m0.txid:
 		m = m1
@@ -421,6 +457,9 @@ func (db *DB) Begin(writable bool) (*Tx, error) {
 		db.readersMu.Unlock()
 		db.st.readTxs.Add(1)
 		return newTx(db, *m, false), nil
+	}
+	if db.opts.ReadOnly {
+		return nil, fmt.Errorf("%w: %s", ErrReadOnly, db.path)
 	}
 	start := time.Now()
 	db.writeMu.Lock()

@@ -198,7 +198,12 @@
 //
 // Open takes an exclusive flock on the database file itself (vfs.FS.Lock on
 // the db path), so a second Open, or stratautl defrag while a server runs,
-// fails with ErrDatabaseLocked.
+// fails with ErrDatabaseLocked. Options.ReadOnly opens the file O_RDONLY
+// and takes a shared flock on it instead: read-only opens (stratautl db
+// check, wal verify) coexist with each other but not with a writer, in
+// either order. They must not: the writer reuses pages that only its own
+// readers are known not to see, so a reader in another process could read
+// a page while it is being rewritten.
 package pagestore
 
 // Wire format: these values are written to disk. Never change them; a new

@@ -36,6 +36,9 @@ var (
 	// ErrDatabaseLocked means another process (or another DB in this
 	// process) has the file open.
 	ErrDatabaseLocked = errors.New("pagestore: database locked by another process")
+	// ErrReadOnly means a write transaction was asked of a DB opened with
+	// Options.ReadOnly.
+	ErrReadOnly = errors.New("pagestore: database opened read-only")
 	// ErrDatabaseClosed means the DB was closed.
 	ErrDatabaseClosed = errors.New("pagestore: database closed")
 	// ErrFailed means an earlier commit failed in a way that left the

@@ -57,6 +57,18 @@ type Options struct {
 	// tests and when chasing corruption, never in production.
 	StrictMode bool
 
+	// ReadOnly opens an existing file for reading only, for offline tools
+	// (stratautl db check, wal verify, snapshot status). The file is
+	// opened O_RDONLY and never written, created, initialised, grown or
+	// truncated; write transactions fail with ErrReadOnly. It takes a
+	// shared lock, so it fails with ErrDatabaseLocked while a writer (a
+	// running server) has the file open, and a writer cannot open the
+	// file while it is held: reading pages a live writer may be reusing
+	// would report corruption that is not there. A file too short to hold
+	// a database, or with no valid meta page, is an error here rather than
+	// an interrupted create. Default false.
+	ReadOnly bool
+
 	// Logger receives rare events (recovery choices, failed syncs,
 	// truncation). Default: discard.
 	Logger *slog.Logger
