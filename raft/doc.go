@@ -31,6 +31,13 @@
 // are delivered. The state machine also skips entries at or below its
 // consistent index, which makes replay idempotent.
 //
+// The consistent index may lag the WAL but never lead it: nothing durable
+// runs ahead of the WAL. A state machine past the WAL's last entry (or a
+// non-empty one with no WAL at all) therefore means lost WAL records, and
+// Start refuses it with a WALBehindError that names both indexes, both
+// paths and the ways out, rather than start a member that lost its term
+// and vote and, alone, would skip every new entry as already applied.
+//
 // # Reads
 //
 // Linearizable reads call ReadIndex. Concurrent callers are batched: every

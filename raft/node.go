@@ -42,6 +42,9 @@ type Config struct {
 	Peers []etcdraft.Peer
 	// WALDir is the WAL directory (member/wal).
 	WALDir string
+	// StatePath is the state machine's file (the page store), named in
+	// the error that refuses a WAL behind it. Optional.
+	StatePath string
 	// WAL configures the log. Nil means defaults.
 	WAL *wal.Options
 	// TickInterval is one raft tick, etcd's --heartbeat-interval.
@@ -174,7 +177,9 @@ func Start(cfg Config) (*Node, error) {
 	var err error
 	if restart {
 		err = n.restore(walOpts)
-	} else {
+	} else if err = n.checkWALCovers(0, true); err == nil {
+		// No WAL: a new member, whose state machine must be empty too
+		// (stratautl snapshot restore writes a WAL with its data).
 		n.wal, err = wal.Create(cfg.WALDir, encodeMetadata(cfg.ID, cfg.ClusterID), walOpts)
 	}
 	if err != nil {
@@ -248,6 +253,14 @@ func (n *Node) restore(opts *wal.Options) error {
 	last := snap.Index
 	if len(ents) > 0 {
 		last = ents[len(ents)-1].GetIndex()
+	}
+	// The state machine's consistent index may lag the WAL (the page store
+	// commits in batches) but never lead it: a torn tail that Open just
+	// truncated held entries the page store had not committed either.
+	if err := n.checkWALCovers(last, false); err != nil {
+		w.Close()
+		n.wal = nil
+		return err
 	}
 	commit := max(hs.GetCommit(), snap.Index, min(n.sm.ConsistentIndex(), last))
 	if commit != hs.GetCommit() {

@@ -146,7 +146,7 @@ func New(cfg *config.Config, lg *slog.Logger) (_ *Server, err error) {
 	}
 	s.node, err = raft.Start(raft.Config{
 		ID: s.id, ClusterID: s.cluster, Peers: peers,
-		WALDir: cfg.WALDir(),
+		WALDir: cfg.WALDir(), StatePath: cfg.BackendPath(),
 		WAL: &wal.Options{MaxWALs: maxWALs, Logger: lg, Metrics: s.metrics.wal,
 			GroupCommitWindow: s.disk.walGroupCommitWindow},
 		TickInterval: cfg.HeartbeatInterval(), ElectionTicks: cfg.ElectionTicks(), HeartbeatTicks: 1,
