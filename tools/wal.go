@@ -171,10 +171,21 @@ type WALVerifyResult struct {
 	Records   int
 	Entries   int
 	FirstIdx  uint64
-	LastIdx   uint64
+	LastIdx   uint64 // index of the last entry record, in log order
+	SnapIdx   uint64 // index of the last snapshot marker
 	TornTail  *wal.TornTail
 	BytesRead int64
+
+	// Set by WALVerifyDataDir: the page store it was compared with.
+	DBPath          string
+	ConsistentIndex uint64
 }
+
+// LastIndex is the last index the WAL holds, as a restarting member sees
+// it: its last entry's, or its last snapshot marker's when no entry
+// follows the marker. (An entry after an earlier entry with a higher index
+// replaced that tail, so the last entry written is the log's last.)
+func (r *WALVerifyResult) LastIndex() uint64 { return max(r.LastIdx, r.SnapIdx) }
 
 // WALVerify reads every record of every segment and checks it as Open
 // would. It returns an error matching wal.ErrCorrupt, naming the file and
@@ -214,6 +225,13 @@ func WALVerify(dir string, showProgress bool) (*WALVerifyResult, error) {
 			}
 			res.Entries++
 			res.LastIdx = e.GetIndex()
+		}
+		if rec.Type == wal.TypeSnapshot {
+			snap, err := wal.DecodeSnapshot(rec)
+			if err != nil {
+				return &wal.CorruptError{File: pos.File, Offset: pos.Offset, Reason: err.Error()}
+			}
+			res.SnapIdx = snap.Index
 		}
 		return nil
 	})

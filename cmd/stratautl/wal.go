@@ -1,16 +1,18 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
 	"github.com/strata-db/strata/tools"
 	"github.com/strata-db/strata/tools/progress"
+	"github.com/strata-db/strata/wal"
 )
 
 func init() {
 	register(command{name: "wal dump", summary: "list WAL records with decoded requests", run: walDump})
-	register(command{name: "wal verify", summary: "check every WAL record; non-zero exit on corruption", run: walVerify})
+	register(command{name: "wal verify", summary: "check every WAL record (and, with --data-dir, that it covers the page store); non-zero exit on a problem", run: walVerify})
 }
 
 func walDump(args []string, stdout, stderr io.Writer) error {
@@ -38,32 +40,55 @@ func walDump(args []string, stdout, stderr io.Writer) error {
 }
 
 func walVerify(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("wal verify", "--dir DIR", []string{
-		"stratautl wal verify --dir default.strata",
+	fs := newFlags("wal verify", "--dir DIR | --data-dir DIR [--wal-dir DIR]", []string{
+		"stratautl wal verify --dir default.strata/member/wal",
+		"stratautl wal verify --data-dir default.strata",
+		"stratautl wal verify --data-dir /var/lib/strata --wal-dir /fast-disk/strata-wal",
 	}, stderr)
-	dir := fs.String("dir", "", "WAL directory, or a data directory holding member/wal")
+	dir := fs.String("dir", "", "WAL directory, or a data directory holding member/wal: checks the WAL alone (works while a member runs)")
+	dataDir := fs.String("data-dir", "", "data directory: checks its WAL and that the page store's consistent index is not past the WAL's last entry "+
+		"(the member would refuse to start); needs the member stopped")
+	walDir := fs.String("wal-dir", "", "with --data-dir: the member's --wal-dir, if not DATA-DIR/member/wal")
 	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	if *dir == "" {
-		fmt.Fprintln(stderr, "stratautl wal verify: --dir is required")
+	if (*dir == "") == (*dataDir == "") || (*walDir != "" && *dataDir == "") {
+		fmt.Fprintln(stderr, "stratautl wal verify: give --dir, or --data-dir (with --wal-dir if the WAL is elsewhere)")
 		fs.Usage()
 		return errUsage
 	}
-	res, err := tools.WALVerify(*dir, true)
+	var res *tools.WALVerifyResult
+	var err error
+	if *dataDir != "" {
+		res, err = tools.WALVerifyDataDir(*dataDir, *walDir, true)
+	} else {
+		res, err = tools.WALVerify(*dir, true)
+	}
 	if err != nil {
-		if res != nil {
+		if res != nil && errors.Is(err, wal.ErrCorrupt) {
 			fmt.Fprintf(stdout, "WAL is corrupt after %d good records\n", res.Records)
+		} else if res != nil {
+			printWALOK(stdout, res)
 		}
 		return err
 	}
+	printWALOK(stdout, res)
+	if res.DBPath != "" {
+		fmt.Fprintf(stdout, "page store %s: consistent index %d, within the WAL (last index %d)\n", res.DBPath, res.ConsistentIndex, res.LastIndex())
+	}
+	return nil
+}
+
+func printWALOK(stdout io.Writer, res *tools.WALVerifyResult) {
 	fmt.Fprintf(stdout, "WAL OK: %d segments, %d records, %d entries", res.Segments, res.Records, res.Entries)
 	if res.Entries > 0 {
 		fmt.Fprintf(stdout, " (index %d..%d)", res.FirstIdx, res.LastIdx)
+	}
+	if res.SnapIdx > res.LastIdx {
+		fmt.Fprintf(stdout, ", snapshot marker at %d", res.SnapIdx)
 	}
 	fmt.Fprintf(stdout, ", %s of records\n", progress.Bytes(res.BytesRead))
 	if t := res.TornTail; t != nil {
 		fmt.Fprintf(stdout, "note: torn tail at %s offset %d (%s); the server truncates it on start\n", t.File, t.Offset, t.Reason)
 	}
-	return nil
 }
