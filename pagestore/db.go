@@ -85,16 +85,18 @@ type DB struct {
 	verified    []atomic.Uint64 // bit per page: checksum and structure verified
 	closed      atomic.Bool
 	st          statCounters
+	// Set by open and only read after it, by CheckFile: why each meta
+	// slot was invalid (nil if valid) and where it is.
+	metaErrs    [2]error
+	metaOffs    [2]int64
+	checking    bool // opened by CheckFile: a bad freelist is reported, not fatal
 	defragState defragCounters
 }
 
 // Open opens or creates the database file at path.
 func Open(path string, opts *Options) (*DB, error) {
 	o := opts.withDefaults()
-	db := &DB{path: path, opts: o, fs: o.FS, log: o.Logger, readers: map[uint64]int{},
-		arenas: [2]chunks{newPageArena(), newPageArena()}, slab: newSlab()}
-	db.readersDone = sync.NewCond(&db.readersMu)
-	db.sizeCond = sync.NewCond(&db.sizeMu)
+	db := newDB(path, o)
 	if !o.ReadOnly {
 		// A read-only open locks the file it opened instead (see open):
 		// Lock would create a missing file and needs write permission.
@@ -120,6 +122,14 @@ func Open(path string, opts *Options) (*DB, error) {
 		db.sizeMu.Unlock()
 	}
 	return db, nil
+}
+
+func newDB(path string, o Options) *DB {
+	db := &DB{path: path, opts: o, fs: o.FS, log: o.Logger, readers: map[uint64]int{},
+		arenas: [2]chunks{newPageArena(), newPageArena()}, slab: newSlab()}
+	db.readersDone = sync.NewCond(&db.readersMu)
+	db.sizeCond = sync.NewCond(&db.sizeMu)
+	return db
 }
 
 func (db *DB) open() error {
@@ -189,7 +199,11 @@ func (db *DB) open() error {
 	db.verified = make([]atomic.Uint64, (db.opts.MaxMapSize/int64(db.pageSize)+63)/64)
 	fl, err := loadFreelist(db.path, m, db.pageSize, func(id pgid) ([]byte, error) { return db.page(id, m.hwm) })
 	if err != nil {
-		return err
+		if !db.checking {
+			return err
+		}
+		// CheckFile reports it, and checks the trees anyway.
+		fl = &freelist{free: &freeSet{}}
 	}
 	db.fl = fl
 	db.reserved = int64(m.hwm) * int64(db.pageSize)
@@ -242,6 +256,8 @@ func (db *DB) readMetas(size int64) (*meta, error) {
 	if m1 == nil && err1 == nil {
 		err1 = fmt.Errorf("file too short (%d bytes)", len(buf))
 	}
+	db.metaErrs = [2]error{err0, err1}
+	db.metaOffs = [2]int64{0, int64(off1)}
 	var m *meta
 	switch {
 	case m0 == nil && m1 == nil:
@@ -326,22 +342,27 @@ func (db *DB) page(id pgid, hwm pgid) ([]byte, error) {
 
 // verifyPage checks the run at id and, if remember, marks it verified.
 func (db *DB) verifyPage(id pgid, hwm pgid, remember bool) ([]byte, error) {
+	if id < numMetaPages || id >= hwm {
+		// Never index the mapping with an unchecked id: past the file's
+		// end the mapping faults.
+		return nil, corruptf(db.path, "reference to page %d outside [2,%d)", id, hwm)
+	}
 	ps := int64(db.pageSize)
 	off := int64(id) * ps
 	hdr := db.data[off : off+ps]
 	ovf := int64(pgOverflow(hdr))
 	if int64(id)+1+ovf > int64(hwm) {
-		return nil, corruptf(db.path, "page %d (offset %d): overflow %d runs past hwm %d", id, off, ovf, hwm)
+		return nil, corruptPage(db.path, id, db.pageSize, "overflow %d runs past hwm %d", ovf, hwm)
 	}
 	p := db.data[off : off+(1+ovf)*ps]
 	if got, want := xxhash.Sum64(p[offID:]), pgChecksum(p); got != want {
-		return nil, corruptf(db.path, "page %d (offset %d): checksum mismatch (stored %#x, computed %#x)", id, off, want, got)
+		return nil, corruptPage(db.path, id, db.pageSize, "checksum mismatch (stored %#x, computed %#x)", want, got)
 	}
 	if pgID(p) != id {
-		return nil, corruptf(db.path, "page %d (offset %d): header names page %d", id, off, pgID(p))
+		return nil, corruptPage(db.path, id, db.pageSize, "header names page %d", pgID(p))
 	}
 	if err := validatePage(p, hwm); err != nil {
-		return nil, corruptf(db.path, "page %d (offset %d): %v", id, off, err)
+		return nil, corruptPage(db.path, id, db.pageSize, "%v", err)
 	}
 	if remember {
 		db.verified[id/64].Or(1 << (id % 64))

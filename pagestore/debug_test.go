@@ -55,11 +55,11 @@ func init() {
 // freelist records mention the page. Caller holds the write lock.
 func debugPages(t *testing.T, db *DB) {
 	m := db.meta.Load()
-	err := newChecker(db, m).run()
+	err := newChecker(db, m, 20).run()
 	if err == nil {
 		return
 	}
-	re := regexp.MustCompile(`page (\d+) is both`)
+	re := regexp.MustCompile(`page (\d+) \(offset \d+\): page is both`)
 	sm := re.FindStringSubmatch(err.Error())
 	if sm == nil {
 		return

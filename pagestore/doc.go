@@ -137,10 +137,16 @@
 //
 // Tx.Check verifies a snapshot completely (reachability exactly once,
 // in-use plus free equals hwm, key order and bounds, branch keys equal
-// child first keys, uniform leaf depth, every checksum recomputed).
-// Options.StrictMode runs it after every commit, and also compares the
-// writer's in-memory free space with the on-disk log; the tests run with
-// it on.
+// child first keys, uniform leaf depth, tree pages laid out as the writer
+// lays them out, every checksum recomputed). Options.StrictMode runs it
+// after every commit, and also compares the writer's in-memory free space
+// with the on-disk log; the tests run with it on. CheckFile runs the same
+// checker on a file offline and read-only (stratautl db check), adds both
+// meta pages, keeps going past an unreadable freelist log, and returns a
+// report: each problem with its page and byte offset, and the file's
+// shape (pages by kind, buckets, keys, bytes in use, free pages). The
+// bytes-in-use figure is not stored; it is hwm minus the free pages, and
+// the checker compares it with the pages it reached.
 //
 // # Crash safety
 //

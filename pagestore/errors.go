@@ -51,3 +51,24 @@ var (
 func corruptf(path string, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrCorrupt, path, fmt.Sprintf(format, args...))
 }
+
+// PageError is corruption found in one page run. It matches ErrCorrupt
+// with errors.Is; errors.As gives the file, the page and its byte offset.
+type PageError struct {
+	Path   string
+	Page   uint64
+	Offset int64 // Page * page size
+	Reason string
+}
+
+func (e *PageError) Error() string {
+	return fmt.Sprintf("%v: %s: page %d (offset %d): %s", ErrCorrupt, e.Path, e.Page, e.Offset, e.Reason)
+}
+
+func (e *PageError) Unwrap() error { return ErrCorrupt }
+
+// corruptPage returns a *PageError for page id of a file with pages of ps
+// bytes.
+func corruptPage(path string, id pgid, ps int, format string, args ...any) error {
+	return &PageError{Path: path, Page: uint64(id), Offset: int64(id) * int64(ps), Reason: fmt.Sprintf(format, args...)}
+}

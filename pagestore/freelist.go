@@ -139,11 +139,11 @@ func loadFreelist(path string, m *meta, ps int, readPage func(pgid) ([]byte, err
 			return nil, err
 		}
 		if pgFlags(p) != flagFreelist {
-			return nil, corruptf(path, "page %d: expected freelist record, found flags %#x", id, pgFlags(p))
+			return nil, corruptPage(path, id, ps, "expected a freelist record, found flags %#x", pgFlags(p))
 		}
 		r, err := decodeFreelistRecord(p, id, ps)
 		if err != nil {
-			return nil, corruptf(path, "page %d: %v", id, err)
+			return nil, corruptPage(path, id, ps, "%v", err)
 		}
 		recs = append(recs, r)
 		if r.kind == flKindCheckpt {
@@ -162,12 +162,12 @@ func loadFreelist(path string, m *meta, ps int, readPage func(pgid) ([]byte, err
 		}
 		for _, e := range r.alloc {
 			if !fl.free.remove(e.start, e.n) {
-				return nil, corruptf(path, "freelist record page %d (tx %d): allocated pages [%d,+%d) were not free", r.id, r.txid, e.start, e.n)
+				return nil, corruptPage(path, r.id, ps, "freelist record of tx %d: allocated pages [%d,+%d) were not free", r.txid, e.start, e.n)
 			}
 		}
 		for _, e := range r.freed {
 			if e.n == 0 || e.start < numMetaPages || e.end() > r.hwm || !fl.free.add(e.start, e.n) {
-				return nil, corruptf(path, "freelist record page %d (tx %d): bad free extent [%d,+%d)", r.id, r.txid, e.start, e.n)
+				return nil, corruptPage(path, r.id, ps, "freelist record of tx %d: bad free extent [%d,+%d)", r.txid, e.start, e.n)
 			}
 		}
 		fl.free.clip(r.hwm)
