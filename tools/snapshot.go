@@ -9,8 +9,8 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
-	"path/filepath"
 	"sort"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -41,38 +41,43 @@ const bboltMagic = 0xED0CDAED
 
 // Status inspects a snapshot: a Strata page store or an etcd snapshot.db
 // (bbolt), with or without the 32-byte SHA-256 trailer that the snapshot
-// stream ends with (present when size % 512 == 32). The file is not
-// modified; the database is read from a private copy.
+// stream ends with (present when size % 512 == 32). The file is read in
+// place, read-only (both formats ignore the trailer), so errors name it
+// and the offset of a damaged page; it is never modified.
 func Status(path string) (*SnapshotStatus, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	st := &SnapshotStatus{TotalSize: int64(len(data))}
-	if len(data)%512 == sha256.Size {
-		body, trailer := data[:len(data)-sha256.Size], data[len(data)-sha256.Size:]
-		sum := sha256.Sum256(body)
-		if !bytes.Equal(sum[:], trailer) {
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	size := fi.Size()
+	st := &SnapshotStatus{TotalSize: size}
+	if size%512 == sha256.Size {
+		body := size - sha256.Size
+		h := sha256.New()
+		if _, err := io.Copy(h, io.NewSectionReader(f, 0, body)); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		trailer := make([]byte, sha256.Size)
+		if _, err := f.ReadAt(trailer, body); err != nil {
+			return nil, fmt.Errorf("%s: read SHA-256 trailer at offset %d: %w", path, body, err)
+		}
+		if !bytes.Equal(h.Sum(nil), trailer) {
 			return nil, fmt.Errorf("%w: %s", ErrSnapshotIntegrity, path)
 		}
-		data, st.HashChecked = body, true
+		st.TotalSize, st.HashChecked = body, true // the database, without the trailer, as etcdutl reports
 	}
-	st.TotalSize = int64(len(data)) // the database, without the trailer, as etcdutl reports
-	tmp, err := os.MkdirTemp("", "stratautl-snapshot")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(tmp)
-	copyPath := filepath.Join(tmp, "db")
-	if err := os.WriteFile(copyPath, data, 0o600); err != nil {
-		return nil, err
-	}
-	if len(data) >= 20 && binary.LittleEndian.Uint32(data[16:20]) == bboltMagic {
+	head := make([]byte, 20)
+	if n, _ := f.ReadAt(head, 0); n == len(head) && binary.LittleEndian.Uint32(head[16:20]) == bboltMagic {
 		st.Format = "etcd"
-		return st, etcdStatus(copyPath, st)
+		return st, etcdStatus(path, st)
 	}
 	st.Format = "strata"
-	return st, strataStatus(copyPath, st)
+	return st, strataStatus(path, st)
 }
 
 // bucketHasher hashes buckets as etcd's backend does: bucket names in
@@ -115,9 +120,11 @@ func (c *keyCounter) note(st *SnapshotStatus, k, v []byte) error {
 }
 
 func etcdStatus(path string, st *SnapshotStatus) error {
-	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true})
+	// Read-only takes a shared lock; give up rather than wait for a
+	// writer (a running etcd) to let go.
+	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
-		return fmt.Errorf("open etcd snapshot: %w", err)
+		return fmt.Errorf("open etcd snapshot %s: %w", path, err)
 	}
 	defer db.Close()
 	bh := newBucketHasher()
@@ -149,7 +156,7 @@ func etcdStatus(path string, st *SnapshotStatus) error {
 }
 
 func strataStatus(path string, st *SnapshotStatus) error {
-	db, err := pagestore.Open(path, nil)
+	db, err := pagestore.Open(path, &pagestore.Options{ReadOnly: true})
 	if err != nil {
 		return fmt.Errorf("open Strata snapshot: %w", err)
 	}

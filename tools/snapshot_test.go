@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -108,4 +110,49 @@ func TestSnapshotStatusEtcd(t *testing.T) {
 	if st.Format != "etcd" || st.Revision != 7 || st.TotalKey != 4 || st.HashChecked {
 		t.Fatalf("status %+v", st)
 	}
+}
+
+// TestSnapshotStatusNamesTheRealFile: a damaged page in a db file (no
+// trailer, so no SHA-256 to catch it first) is reported with the path the
+// user gave and the page's offset, not a temporary copy's, and the file
+// is not modified.
+func TestSnapshotStatusNamesTheRealFile(t *testing.T) {
+	withTrailer := strataSnapshot(t, 200)
+	raw, err := os.ReadFile(withTrailer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw = raw[:len(raw)-sha256.Size]
+	path := filepath.Join(t.TempDir(), "db")
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Status(path); err != nil {
+		t.Fatalf("clean db file: %v", err)
+	}
+	const ps = 4096
+	for p := 2; p*ps < len(raw); p++ {
+		b := append([]byte(nil), raw...)
+		b[p*ps+ps/2] ^= 0x5a
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := pagestore.CheckFile(path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.OK() || rep.Problems[0].Offset != int64(p*ps) {
+			continue // a free page: nothing reads it
+		}
+		_, err = Status(path)
+		want := fmt.Sprintf("%s: page %d (offset %d): checksum mismatch", path, p, p*ps)
+		if !errors.Is(err, pagestore.ErrCorrupt) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("status of a db file damaged at page %d: %v; want %q", p, err, want)
+		}
+		if now, _ := os.ReadFile(path); !bytes.Equal(now, b) {
+			t.Fatal("status changed the file")
+		}
+		return
+	}
+	t.Fatal("no reachable page found to damage")
 }
