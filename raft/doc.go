@@ -37,6 +37,12 @@
 // Start refuses it with a WALBehindError that names both indexes, both
 // paths and the ways out, rather than start a member that lost its term
 // and vote and, alone, would skip every new entry as already applied.
+// Whatever moves the consistent index forward without applying entries
+// must keep to the same order: a follower installing a leader's snapshot
+// records the snapshot marker in the WAL (synced) before the page-store
+// image it received becomes the db, as etcd saves the snapshot to its WAL
+// before it opens the new backend; otherwise a crash between the two
+// would be refused here.
 //
 // # Reads
 //
