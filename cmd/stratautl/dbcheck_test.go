@@ -210,6 +210,14 @@ func TestDBCheck(t *testing.T) {
 			w.reseal(flHead)
 			return start, "leaked"
 		}},
+		{"page-reachable-twice", func(b []byte) (uint64, string) {
+			// The key bucket's branch points at its first leaf twice.
+			w := rawDB{b: b, ps: r.ps}
+			br := int64(keyRoot) * r.ps
+			le.PutUint64(b[br+32+16+8:], leaf) // element 1's child
+			w.reseal(keyRoot)
+			return leaf, "reachable more than once"
+		}},
 		{"keys-out-of-order", func(b []byte) (uint64, string) {
 			w := rawDB{b: b, ps: r.ps}
 			k0, _ := w.leafElem(leaf, 0)
