@@ -52,7 +52,7 @@ func (l *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest)
 		return nil, err
 	}
 	if keys := s.leaseKeys(r.ID); keys != nil {
-		if err := s.auth.IsLeaseKeysPermitted(ai, keys); err != nil {
+		if err := s.deferAuthToApply(s.auth.IsLeaseKeysPermitted(ai, keys)); err != nil {
 			return nil, auth.ToGRPCError(err)
 		}
 	}
