@@ -255,6 +255,7 @@ func httpScenario() scenario {
 		curlStep("gateway empty key", "/v3/kv/put", `{"value":"MQ=="}`),
 		curlStep("gateway bad json", "/v3/kv/range", `{"key":`),
 		c("etcdctl sees gateway writes", "get", "gw", "-w", "json"),
+		gatewayWatchStep(),
 	}}
 }
 
