@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -244,7 +245,16 @@ func (s *Server) runLeases() {
 				go func(id int64) {
 					ctx, cancel := context.WithTimeout(context.Background(), s.requestTimeout())
 					defer cancel()
-					s.propose(ctx, &pb.InternalRaftRequest{LeaseRevoke: &pb.LeaseRevokeRequest{ID: id}})
+					res, err := s.propose(ctx, &pb.InternalRaftRequest{LeaseRevoke: &pb.LeaseRevokeRequest{ID: id}})
+					if err == nil {
+						err = res.err
+					}
+					// The lessor reports the lease again later. Under the
+					// CORRUPT alarm every revoke is refused, so expired
+					// leases stay until it is disarmed; say so, as etcd.
+					if err != nil && !errors.Is(err, lease.ErrLeaseNotFound) && !errors.Is(err, errStopped) {
+						s.lg.Warn("failed to revoke an expired lease", "lease-id", fmt.Sprintf("%016x", id), "error", err)
+					}
 				}(id)
 			}
 		case <-tick.C:
