@@ -175,7 +175,7 @@ type leaseAccess int
 
 const (
 	leaseRead  leaseAccess = iota // LeaseLeases, LeaseTimeToLive with keys
-	leaseWrite                    // LeaseKeepAlive (LeaseRevoke: at apply)
+	leaseWrite                    // LeaseKeepAlive; LeaseRevoke has its own check
 )
 
 // checkLeaseAccess is etcd's rule for the lease RPCs that reveal or
