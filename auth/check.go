@@ -156,14 +156,29 @@ func (s *Store) IsDeleteRangeRequestPermitted(ai *AuthInfo, r *pb.DeleteRangeReq
 	return nil
 }
 
-// IsLeaseKeysPermitted checks LeaseRevoke (and lease reuse by Put): root,
-// or write access to every attached key.
+// IsLeaseKeysPermitted checks LeaseRevoke, LeaseKeepAlive and lease reuse
+// by Put: root, or write access to every attached key.
 func (s *Store) IsLeaseKeysPermitted(ai *AuthInfo, keys [][]byte) error {
 	if s.IsAdminPermitted(ai) == nil {
 		return nil
 	}
 	for _, k := range keys {
 		if err := s.IsPutPermitted(ai, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// IsLeaseKeysReadPermitted is etcd's check for LeaseTimeToLive with keys
+// and for LeaseLeases: root, or read access to every key attached to the
+// lease (to every lease, for LeaseLeases). A lease without keys passes.
+func (s *Store) IsLeaseKeysReadPermitted(ai *AuthInfo, keys [][]byte) error {
+	if s.IsAdminPermitted(ai) == nil {
+		return nil
+	}
+	for _, k := range keys {
+		if err := s.IsRangePermitted(ai, k, nil); err != nil {
 			return err
 		}
 	}

@@ -222,6 +222,42 @@ func TestTxnAndLeaseChecks(t *testing.T) {
 	}
 }
 
+// TestLeaseKeysReadPermitted is etcd's rule for LeaseTimeToLive with keys
+// and LeaseLeases: root, or read access to every attached key.
+func TestLeaseKeysReadPermitted(t *testing.T) {
+	e := permEnv(t)
+	s := e.s
+	ai := func(u string) *AuthInfo { return &AuthInfo{Username: u, Revision: s.Revision()} }
+	keys := func(k ...string) [][]byte {
+		out := [][]byte{}
+		for _, x := range k {
+			out = append(out, []byte(x))
+		}
+		return out
+	}
+	cases := []struct {
+		user string
+		keys [][]byte
+		want error
+	}{
+		{"reader", keys("/r/a", "/r/b"), nil},
+		{"reader", keys("/r/a", "/w/b"), ErrPermissionDenied},
+		{"reader", keys(), nil}, // a lease without keys
+		{"writer", keys("/w/a"), ErrPermissionDenied},
+		{"norole", keys(), nil},
+		{"norole", keys("/r/a"), ErrPermissionDenied},
+		{"root", keys("/secret", "/w/a"), nil},
+	}
+	for _, c := range cases {
+		if err := s.IsLeaseKeysReadPermitted(ai(c.user), c.keys); err != c.want {
+			t.Errorf("%s on %q: %v, want %v", c.user, c.keys, err, c.want)
+		}
+	}
+	if err := s.IsLeaseKeysReadPermitted(&AuthInfo{}, keys("/r/a")); err != ErrUserEmpty {
+		t.Errorf("no user: %v, want %v", err, ErrUserEmpty)
+	}
+}
+
 func TestApplyChecksAdmin(t *testing.T) {
 	e := permEnv(t)
 	s := e.s

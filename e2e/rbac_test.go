@@ -136,6 +136,18 @@ func runMatrix(t *testing.T, clientURL string) (map[string]string, []string, []s
 	rootCtx := metadata.AppendToOutgoingContext(bg, "token", tokens["root"])
 	lg, err := lease.LeaseGrant(rootCtx, &pb.LeaseGrantRequest{TTL: 60})
 	must(err)
+	// rootLease grants a lease as root and attaches key to it, so that
+	// the lease cells see leases other users may or may not read (p/) or
+	// write (p/), or neither (q/).
+	rootLease := func(key string) int64 {
+		t.Helper()
+		l, err := lease.LeaseGrant(rootCtx, &pb.LeaseGrantRequest{TTL: 60})
+		must(err)
+		_, err = kv.Put(rootCtx, &pb.PutRequest{Key: []byte(key), Value: []byte("v"), Lease: l.ID})
+		must(err)
+		return l.ID
+	}
+	var lp, lq, lrev int64 // set by the setups of the cells below
 
 	idents := []string{"no-token", "invalid-token", "no-role", "read-only", "write-only", "root"}
 	ctxOf := map[string]context.Context{
@@ -149,89 +161,156 @@ func runMatrix(t *testing.T, clientURL string) (map[string]string, []string, []s
 	n := 0
 	type call struct {
 		name string
-		fn   func(ctx context.Context) error
+		// setup, if set, runs once as root before the cell's identities.
+		setup func()
+		fn    func(ctx context.Context) error
+	}
+	keepAlive := func(ctx context.Context, id int64) error {
+		s, err := lease.LeaseKeepAlive(ctx)
+		if err != nil {
+			return err
+		}
+		defer s.CloseSend()
+		if err := s.Send(&pb.LeaseKeepAliveRequest{ID: id}); err != nil {
+			return err
+		}
+		_, err = s.Recv()
+		return err
+	}
+	ttl := func(id int64, keys bool) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			_, err := lease.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: id, Keys: keys})
+			return err
+		}
+	}
+	leases := func(ctx context.Context) error {
+		_, err := lease.LeaseLeases(ctx, &pb.LeaseLeasesRequest{})
+		return err
 	}
 	calls := []call{
-		{"KV.Range", func(ctx context.Context) error {
+		{name: "KV.Range", fn: func(ctx context.Context) error {
 			_, err := kv.Range(ctx, &pb.RangeRequest{Key: []byte("p/a")})
 			return err
 		}},
-		{"KV.Range(outside)", func(ctx context.Context) error {
+		{name: "KV.Range(outside)", fn: func(ctx context.Context) error {
 			_, err := kv.Range(ctx, &pb.RangeRequest{Key: []byte("q/a")})
 			return err
 		}},
-		{"KV.Put", func(ctx context.Context) error {
+		{name: "KV.Put", fn: func(ctx context.Context) error {
 			n++
 			_, err := kv.Put(ctx, &pb.PutRequest{Key: []byte(fmt.Sprintf("p/w%d", n)), Value: []byte("v")})
 			return err
 		}},
-		{"KV.DeleteRange", func(ctx context.Context) error {
+		{name: "KV.DeleteRange", fn: func(ctx context.Context) error {
 			_, err := kv.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte("p/zz")})
 			return err
 		}},
-		{"KV.Txn", func(ctx context.Context) error {
+		{name: "KV.Txn", fn: func(ctx context.Context) error {
 			_, err := kv.Txn(ctx, &pb.TxnRequest{
 				Compare: []*pb.Compare{{Key: []byte("p/a"), Target: pb.Compare_VERSION, Result: pb.Compare_GREATER}},
 				Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("p/t"), Value: []byte("v")}}}}})
 			return err
 		}},
-		{"KV.Compact", func(ctx context.Context) error {
+		{name: "KV.Compact", fn: func(ctx context.Context) error {
 			_, err := kv.Compact(ctx, &pb.CompactionRequest{Revision: 1})
 			return err
 		}},
-		{"Watch.Create", func(ctx context.Context) error { return watchCreate(ctx, watch) }},
-		{"Lease.Grant", func(ctx context.Context) error {
+		{name: "Watch.Create", fn: func(ctx context.Context) error { return watchCreate(ctx, watch) }},
+		{name: "Lease.Grant", fn: func(ctx context.Context) error {
 			_, err := lease.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 60})
 			return err
 		}},
-		{"Lease.TimeToLive", func(ctx context.Context) error {
-			_, err := lease.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: lg.ID})
-			return err
-		}},
-		{"Lease.Leases", func(ctx context.Context) error {
-			_, err := lease.LeaseLeases(ctx, &pb.LeaseLeasesRequest{})
-			return err
-		}},
-		{"Lease.KeepAlive", func(ctx context.Context) error {
+		// The lease cells (issue 17): etcd lets a user other than root
+		// list leases, see a lease's keys, keep a lease alive or revoke
+		// it only with read (list, keys) or write (keep-alive, revoke)
+		// access to every key attached; a lease without keys is open to
+		// every identified user.
+		{name: "Lease.TimeToLive", fn: ttl(lg.ID, false)},
+		{name: "Lease.TimeToLive(keys, none attached)", fn: ttl(lg.ID, true)},
+		{name: "Lease.TimeToLive(keys, unknown lease)", fn: ttl(12345, true)},
+		{name: "Lease.Leases", fn: leases},
+		{name: "Lease.Leases(keys under p/)", setup: func() { lp = rootLease("p/leased") }, fn: leases},
+		{name: "Lease.Leases(keys under p/ and q/)", setup: func() { lq = rootLease("q/leased") }, fn: leases},
+		{name: "Lease.TimeToLive(keys under p/)", fn: func(ctx context.Context) error { return ttl(lp, true)(ctx) }},
+		{name: "Lease.TimeToLive(keys under q/)", fn: func(ctx context.Context) error { return ttl(lq, true)(ctx) }},
+		{name: "Lease.TimeToLive(q/ lease without keys)", fn: func(ctx context.Context) error { return ttl(lq, false)(ctx) }},
+		{name: "Lease.KeepAlive", fn: func(ctx context.Context) error { return keepAlive(ctx, lg.ID) }},
+		{name: "Lease.KeepAlive(unknown)", fn: func(ctx context.Context) error { return keepAlive(ctx, 12345) }},
+		{name: "Lease.KeepAlive(keys under p/)", fn: func(ctx context.Context) error { return keepAlive(ctx, lp) }},
+		{name: "Lease.KeepAlive(keys under q/)", fn: func(ctx context.Context) error { return keepAlive(ctx, lq) }},
+		// One stream: a lease without keys, then one under q/, then the
+		// first again. etcd ends the stream with a refusal's error; a
+		// server that answered per request would answer the third.
+		{name: "Lease.KeepAlive(stream: ok, q/, ok)", fn: func(ctx context.Context) error {
 			s, err := lease.LeaseKeepAlive(ctx)
 			if err != nil {
 				return err
 			}
-			if err := s.Send(&pb.LeaseKeepAliveRequest{ID: lg.ID}); err != nil {
-				return err
+			defer s.CloseSend()
+			var out []string
+			for _, id := range []int64{lg.ID, lq, lg.ID} {
+				err := s.Send(&pb.LeaseKeepAliveRequest{ID: id})
+				if err == nil {
+					_, err = s.Recv()
+				}
+				if err == nil {
+					out = append(out, "ok")
+					continue
+				}
+				st := status.Convert(err)
+				out = append(out, st.Code().String()+": "+st.Message())
 			}
-			_, err = s.Recv()
-			s.CloseSend()
+			if out[0] == "ok" && out[1] == "ok" && out[2] == "ok" {
+				return nil
+			}
+			return fmt.Errorf("%s", strings.Join(out, "; "))
+		}},
+		{name: "Lease.Revoke(unknown)", fn: func(ctx context.Context) error {
+			_, err := lease.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: 12345})
 			return err
 		}},
-		{"Lease.Revoke(unknown)", func(ctx context.Context) error {
-			_, err := lease.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: 12345})
+		// Each revoke cell has its own root lease; once an identity
+		// revokes it, those after it get "requested lease not found".
+		{name: "Lease.Revoke(keys under q/)", setup: func() { lrev = rootLease("q/revoke") }, fn: func(ctx context.Context) error {
+			_, err := lease.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: lrev})
+			return err
+		}},
+		{name: "Lease.Revoke(keys under p/)", setup: func() { lrev = rootLease("p/revoke") }, fn: func(ctx context.Context) error {
+			_, err := lease.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: lrev})
+			return err
+		}},
+		{name: "Lease.Revoke(none attached)", setup: func() {
+			l, err := lease.LeaseGrant(rootCtx, &pb.LeaseGrantRequest{TTL: 60})
+			must(err)
+			lrev = l.ID
+		}, fn: func(ctx context.Context) error {
+			_, err := lease.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: lrev})
 			return err
 		}},
 		// Lock and election call KV and Lease as the caller; only root
 		// may both read and write under p/, so only its calls get through
 		// and none waits for another.
-		{"Lock.Lock(lease)", func(ctx context.Context) error {
+		{name: "Lock.Lock(lease)", fn: func(ctx context.Context) error {
 			_, err := lockc.Lock(ctx, &v3lockpb.LockRequest{Name: []byte("p/l1"), Lease: lg.ID})
 			return err
 		}},
-		{"Lock.Lock(no lease)", func(ctx context.Context) error {
+		{name: "Lock.Lock(no lease)", fn: func(ctx context.Context) error {
 			_, err := lockc.Lock(ctx, &v3lockpb.LockRequest{Name: []byte("p/l2")})
 			return err
 		}},
-		{"Lock.Unlock", func(ctx context.Context) error {
+		{name: "Lock.Unlock", fn: func(ctx context.Context) error {
 			_, err := lockc.Unlock(ctx, &v3lockpb.UnlockRequest{Key: []byte("p/l1/none")})
 			return err
 		}},
-		{"Election.Campaign", func(ctx context.Context) error {
+		{name: "Election.Campaign", fn: func(ctx context.Context) error {
 			_, err := elect.Campaign(ctx, &v3electionpb.CampaignRequest{Name: []byte("p/e"), Lease: lg.ID, Value: []byte("v")})
 			return err
 		}},
-		{"Election.Leader", func(ctx context.Context) error {
+		{name: "Election.Leader", fn: func(ctx context.Context) error {
 			_, err := elect.Leader(ctx, &v3electionpb.LeaderRequest{Name: []byte("p/e")})
 			return err
 		}},
-		{"Election.Observe", func(ctx context.Context) error {
+		{name: "Election.Observe", fn: func(ctx context.Context) error {
 			ctx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			s, err := elect.Observe(ctx, &v3electionpb.LeaderRequest{Name: []byte("p/e")})
@@ -246,37 +325,37 @@ func runMatrix(t *testing.T, clientURL string) (map[string]string, []string, []s
 			}
 			return nil
 		}},
-		{"Election.Proclaim(not leader)", func(ctx context.Context) error {
+		{name: "Election.Proclaim(not leader)", fn: func(ctx context.Context) error {
 			_, err := elect.Proclaim(ctx, &v3electionpb.ProclaimRequest{Value: []byte("v2"),
 				Leader: &v3electionpb.LeaderKey{Name: []byte("p/e"), Key: []byte(fmt.Sprintf("p/e/%x", lg.ID)), Rev: 1, Lease: lg.ID}})
 			return err
 		}},
-		{"Election.Resign(not leader)", func(ctx context.Context) error {
+		{name: "Election.Resign(not leader)", fn: func(ctx context.Context) error {
 			_, err := elect.Resign(ctx, &v3electionpb.ResignRequest{
 				Leader: &v3electionpb.LeaderKey{Name: []byte("p/e"), Key: []byte(fmt.Sprintf("p/e/%x", lg.ID)), Rev: 1, Lease: lg.ID}})
 			return err
 		}},
-		{"Maintenance.Status", func(ctx context.Context) error {
+		{name: "Maintenance.Status", fn: func(ctx context.Context) error {
 			_, err := maint.Status(ctx, &pb.StatusRequest{})
 			return err
 		}},
-		{"Maintenance.AlarmGet", func(ctx context.Context) error {
+		{name: "Maintenance.AlarmGet", fn: func(ctx context.Context) error {
 			_, err := maint.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_GET})
 			return err
 		}},
-		{"Maintenance.Hash", func(ctx context.Context) error {
+		{name: "Maintenance.Hash", fn: func(ctx context.Context) error {
 			_, err := maint.Hash(ctx, &pb.HashRequest{})
 			return err
 		}},
-		{"Maintenance.HashKV", func(ctx context.Context) error {
+		{name: "Maintenance.HashKV", fn: func(ctx context.Context) error {
 			_, err := maint.HashKV(ctx, &pb.HashKVRequest{})
 			return err
 		}},
-		{"Maintenance.Defragment", func(ctx context.Context) error {
+		{name: "Maintenance.Defragment", fn: func(ctx context.Context) error {
 			_, err := maint.Defragment(ctx, &pb.DefragmentRequest{})
 			return err
 		}},
-		{"Maintenance.Snapshot", func(ctx context.Context) error {
+		{name: "Maintenance.Snapshot", fn: func(ctx context.Context) error {
 			s, err := maint.Snapshot(ctx, &pb.SnapshotRequest{})
 			if err != nil {
 				return err
@@ -290,41 +369,41 @@ func runMatrix(t *testing.T, clientURL string) (map[string]string, []string, []s
 				}
 			}
 		}},
-		{"Cluster.MemberList", func(ctx context.Context) error {
+		{name: "Cluster.MemberList", fn: func(ctx context.Context) error {
 			_, err := cluster.MemberList(ctx, &pb.MemberListRequest{})
 			return err
 		}},
-		{"Auth.AuthStatus", func(ctx context.Context) error {
+		{name: "Auth.AuthStatus", fn: func(ctx context.Context) error {
 			_, err := authc.AuthStatus(ctx, &pb.AuthStatusRequest{})
 			return err
 		}},
-		{"Auth.UserList", func(ctx context.Context) error {
+		{name: "Auth.UserList", fn: func(ctx context.Context) error {
 			_, err := authc.UserList(ctx, &pb.AuthUserListRequest{})
 			return err
 		}},
-		{"Auth.UserGet(self=reader)", func(ctx context.Context) error {
+		{name: "Auth.UserGet(self=reader)", fn: func(ctx context.Context) error {
 			_, err := authc.UserGet(ctx, &pb.AuthUserGetRequest{Name: "reader"})
 			return err
 		}},
-		{"Auth.RoleList", func(ctx context.Context) error {
+		{name: "Auth.RoleList", fn: func(ctx context.Context) error {
 			_, err := authc.RoleList(ctx, &pb.AuthRoleListRequest{})
 			return err
 		}},
-		{"Auth.RoleGet(ro)", func(ctx context.Context) error {
+		{name: "Auth.RoleGet(ro)", fn: func(ctx context.Context) error {
 			_, err := authc.RoleGet(ctx, &pb.AuthRoleGetRequest{Role: "ro"})
 			return err
 		}},
-		{"Auth.UserAdd", func(ctx context.Context) error {
+		{name: "Auth.UserAdd", fn: func(ctx context.Context) error {
 			n++
 			_, err := authc.UserAdd(ctx, &pb.AuthUserAddRequest{Name: fmt.Sprintf("u%d", n), Password: "x"})
 			return err
 		}},
-		{"Auth.RoleAdd", func(ctx context.Context) error {
+		{name: "Auth.RoleAdd", fn: func(ctx context.Context) error {
 			n++
 			_, err := authc.RoleAdd(ctx, &pb.AuthRoleAddRequest{Name: fmt.Sprintf("r%d", n)})
 			return err
 		}},
-		{"Auth.Authenticate(bad pw)", func(ctx context.Context) error {
+		{name: "Auth.Authenticate(bad pw)", fn: func(ctx context.Context) error {
 			_, err := authc.Authenticate(ctx, &pb.AuthenticateRequest{Name: "reader", Password: "wrong"})
 			return err
 		}},
@@ -333,6 +412,9 @@ func runMatrix(t *testing.T, clientURL string) (map[string]string, []string, []s
 	var names []string
 	for _, c := range calls {
 		names = append(names, c.name)
+		if c.setup != nil {
+			c.setup()
+		}
 		for _, id := range idents {
 			ctx, cancel := context.WithTimeout(ctxOf[id], 10*time.Second)
 			err := c.fn(ctx)

@@ -183,6 +183,23 @@ func clusterScenario() scenario {
 		c("downgrade validate 3.6", "downgrade", "validate", "3.6"),
 		c("downgrade validate 3.5", "downgrade", "validate", "3.5"),
 		c("downgrade validate 3.8", "downgrade", "validate", "3.8"),
+		// Issue 17: malformed targets (etcd parses them with go-semver,
+		// "major.minor" accepted too) get "wrong downgrade target version
+		// format"; well-formed wrong ones "invalid downgrade target version".
+		c("downgrade validate garbage", "downgrade", "validate", "garbage"),
+		c("downgrade validate v3.6", "downgrade", "validate", "v3.6"),
+		c("downgrade validate 3", "downgrade", "validate", "3"),
+		c("downgrade validate 3.6.0.0", "downgrade", "validate", "3.6.0.0"),
+		c("downgrade validate 3.6-rc", "downgrade", "validate", "3.6-rc"),
+		c("downgrade validate 3.6.0-rc_1", "downgrade", "validate", "3.6.0-rc_1"),
+		c("downgrade validate ' 3.6'", "downgrade", "validate", " 3.6"),
+		c("downgrade validate 3.6.0", "downgrade", "validate", "3.6.0"),
+		c("downgrade validate 03.06", "downgrade", "validate", "03.06"),
+		c("downgrade validate 3.6.9-rc.1+build.5", "downgrade", "validate", "3.6.9-rc.1+build.5"),
+		c("downgrade validate 3.6.0+", "downgrade", "validate", "3.6.0+"),
+		c("downgrade validate 4.6", "downgrade", "validate", "4.6"),
+		c("downgrade enable garbage", "downgrade", "enable", "garbage"),
+		c("downgrade enable 3.5", "downgrade", "enable", "3.5"),
 		c("downgrade cancel when not downgrading", "downgrade", "cancel"),
 		// Not "downgrade enable": the version monitor then lowers the
 		// cluster version on a timer too.
@@ -255,6 +272,7 @@ func httpScenario() scenario {
 		curlStep("gateway empty key", "/v3/kv/put", `{"value":"MQ=="}`),
 		curlStep("gateway bad json", "/v3/kv/range", `{"key":`),
 		c("etcdctl sees gateway writes", "get", "gw", "-w", "json"),
+		gatewayWatchStep(),
 	}}
 }
 

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 
@@ -62,6 +63,31 @@ func authScenario() scenario {
 		as("root writes outside", "root:rootpw", "put", "/other/y", "3"),
 		as("root reads everything", "root:rootpw", "get", "--prefix", "/", "-w", "json"),
 		as("root auth status", "root:rootpw", "auth", "status"),
+		// Issue 17: leases are guarded by the keys attached to them. A
+		// root lease on a key alice may read but not write...
+		{name: "root grants a lease", ctl: []string{"--user=root:rootpw", "lease", "grant", "60"}, capture: map[string]*regexp.Regexp{"lapp": reLeaseID}},
+		as("root attaches a key alice reads", "root:rootpw", "put", "--lease=${lapp}", "/app/leased", "v"),
+		as("alice lists leases (keys she reads)", "alice:alicepw", "lease", "list"),
+		as("alice timetolive --keys (keys she reads)", "alice:alicepw", "lease", "timetolive", "--keys", "${lapp}"),
+		as("alice keep-alive --once (denied: no write)", "alice:alicepw", "lease", "keep-alive", "--once", "${lapp}"),
+		as("alice revokes (denied: no write)", "alice:alicepw", "lease", "revoke", "${lapp}"),
+		// ...and one on a key she may not even read.
+		{name: "root grants another lease", ctl: []string{"--user=root:rootpw", "lease", "grant", "60"}, capture: map[string]*regexp.Regexp{"lroot": reLeaseID}},
+		as("root attaches a key outside alice's prefix", "root:rootpw", "put", "--lease=${lroot}", "/other/leased", "v"),
+		as("alice lists leases (denied)", "alice:alicepw", "lease", "list"),
+		as("alice timetolive without --keys", "alice:alicepw", "lease", "timetolive", "${lroot}"),
+		as("alice timetolive --keys (denied)", "alice:alicepw", "lease", "timetolive", "--keys", "${lroot}"),
+		as("alice timetolive --keys -w json (denied)", "alice:alicepw", "lease", "timetolive", "--keys", "${lroot}", "-w", "json"),
+		as("alice keep-alive --once (denied)", "alice:alicepw", "lease", "keep-alive", "--once", "${lroot}"),
+		as("alice revokes (denied)", "alice:alicepw", "lease", "revoke", "${lroot}"),
+		as("alice timetolive --keys of a missing lease", "alice:alicepw", "lease", "timetolive", "--keys", "1234abcd"),
+		as("alice keep-alive --once of a missing lease", "alice:alicepw", "lease", "keep-alive", "--once", "1234abcd"),
+		as("bob (no role) lists leases (denied)", "bob:bobpw", "lease", "list"),
+		as("root lists leases", "root:rootpw", "lease", "list"),
+		as("root timetolive --keys", "root:rootpw", "lease", "timetolive", "--keys", "${lroot}"),
+		as("root keep-alive --once", "root:rootpw", "lease", "keep-alive", "--once", "${lroot}"),
+		as("root revokes", "root:rootpw", "lease", "revoke", "${lroot}"),
+		as("alice lists leases again", "alice:alicepw", "lease", "list"),
 		as("root revokes alice's role", "root:rootpw", "user", "revoke-role", "alice", "reader"),
 		as("alice after revoke (denied)", "alice:alicepw", "get", "/app/x"),
 		{name: "root changes bob's password", ctl: []string{"--user=root:rootpw", "user", "passwd", "bob", "--interactive=false"}, stdin: "bobpw2\n"},

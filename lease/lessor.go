@@ -430,6 +430,21 @@ func (le *Lessor) Lookup(id int64) (Info, bool) {
 	return Info{ID: id, TTL: l.ttl, RemainingTTL: l.remainingTTL, Remaining: l.remaining(le.cfg.now())}, true
 }
 
+// Keys returns the keys attached to lease id, in byte order (empty, not
+// nil, for a lease without keys), and whether the lease exists. Unlike
+// TimeToLive it answers on every member, primary or not: permission
+// checks made at apply must see the same keys on every member and during
+// replay, before any lessor is promoted.
+func (le *Lessor) Keys(id int64) ([][]byte, bool) {
+	le.mu.RLock()
+	defer le.mu.RUnlock()
+	l, ok := le.leases[id]
+	if !ok {
+		return nil, false
+	}
+	return l.sortedKeys(), true
+}
+
 // TimeToLive answers LeaseTimeToLive on the primary: ErrLeaseNotFound for
 // an unknown lease (the RPC layer answers TTL -1), ErrNotPrimary when not
 // the primary, since only the primary's clock is meaningful (etcd

@@ -149,6 +149,26 @@ func TestTimeToLive(t *testing.T) {
 	}
 }
 
+// TestKeysOnEveryMember: the keys of a lease (what apply-time permission
+// checks look at) are known on a non-primary lessor too, where TimeToLive
+// refuses to answer.
+func TestKeysOnEveryMember(t *testing.T) {
+	e := newEnv(t, Config{})
+	e.grant(1, 30)
+	e.grant(2, 30)
+	e.le.Attach(1, []byte("b"))
+	e.le.Attach(1, []byte("a"))
+	if keys, ok := e.le.Keys(1); !ok || len(keys) != 2 || string(keys[0]) != "a" || string(keys[1]) != "b" {
+		t.Errorf("Keys(1) on a non-primary = %q, %v; want [a b], true", keys, ok)
+	}
+	if keys, ok := e.le.Keys(2); !ok || keys == nil || len(keys) != 0 {
+		t.Errorf("Keys(2) = %q (nil %v), %v; want empty non-nil, true", keys, keys == nil, ok)
+	}
+	if keys, ok := e.le.Keys(3); ok || keys != nil {
+		t.Errorf("Keys(3) of an unknown lease = %q, %v; want nil, false", keys, ok)
+	}
+}
+
 func TestPromoteAndDemote(t *testing.T) {
 	clk := newFakeClock()
 	e := newEnv(t, Config{now: clk.now})

@@ -102,12 +102,13 @@ func (a *alarms) apply(w *mvcc.WriteTx, r *pb.AlarmRequest) *pb.AlarmResponse {
 		}
 		resp.Alarms = append(resp.Alarms, &pb.AlarmMember{MemberID: r.MemberID, Alarm: r.Alarm})
 	case pb.AlarmRequest_DEACTIVATE:
-		for k := range a.m {
-			if (r.MemberID == 0 || k.member == r.MemberID) && (r.Alarm == pb.AlarmType_NONE || k.typ == r.Alarm) {
-				delete(a.m, k)
-				w.Delete(alarmBucket, alarmKeyBytes(k.member, k.typ))
-				resp.Alarms = append(resp.Alarms, &pb.AlarmMember{MemberID: k.member, Alarm: k.typ})
-			}
+		// As etcd: exactly the (member, type) named; no wildcards.
+		// `etcdctl alarm disarm` lists the alarms and deactivates each.
+		k := alarmKey{r.MemberID, r.Alarm}
+		if a.m[k] {
+			delete(a.m, k)
+			w.Delete(alarmBucket, alarmKeyBytes(k.member, k.typ))
+			resp.Alarms = append(resp.Alarms, &pb.AlarmMember{MemberID: k.member, Alarm: k.typ})
 		}
 	}
 	return resp
@@ -157,8 +158,8 @@ func (s *Server) checkQuota(req *pb.InternalRaftRequest) error {
 	if cost == 0 {
 		return nil
 	}
-	if s.alarms.active(pb.AlarmType_NOSPACE) {
-		return errNoSpace
+	if s.alarms.active(pb.AlarmType_NOSPACE) && !s.alarms.active(pb.AlarmType_CORRUPT) {
+		return errNoSpace // apply would refuse it (with CORRUPT, as corrupt)
 	}
 	q := s.quotaBytes()
 	if q <= 0 {

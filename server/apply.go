@@ -70,6 +70,10 @@ func (a *applier) dispatch(idx, term uint64, req *pb.InternalRaftRequest) applyR
 	s := a.s
 	kv := s.kv
 	var r applyResult
+	if s.corruptRefuses(req) { // outermost, as etcd's corrupt applier
+		kv.ApplyNoop(idx, term)
+		return applyResult{err: errCorrupt}
+	}
 	if s.cappedByAlarm(req) {
 		kv.ApplyNoop(idx, term)
 		return applyResult{err: errNoSpace}

@@ -66,15 +66,15 @@ func (s *Server) authInfo(ctx context.Context) (*auth.AuthInfo, error) {
 	return ai, nil
 }
 
+// leaseKeys is the auth store's view of a lease: its attached keys, or
+// nil when it does not exist. It answers on every member (not only the
+// primary lessor), so the checks made at apply agree everywhere.
 func (s *Server) leaseKeys(id int64) [][]byte {
-	info, err := s.lessor.TimeToLive(id, true)
-	if err != nil {
+	keys, ok := s.lessor.Keys(id)
+	if !ok {
 		return nil
 	}
-	if info.Keys == nil {
-		return [][]byte{}
-	}
-	return info.Keys
+	return keys
 }
 
 // checkAdmin lets only root through when auth is enabled.

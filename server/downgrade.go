@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,18 +26,59 @@ func (d *downgradeState) info() *pb.DowngradeInfo {
 	return &pb.DowngradeInfo{Enabled: d.enabled, TargetVersion: d.target}
 }
 
-// validTarget checks a "major.minor" target against ClusterVersion.
-func validTarget(v string) bool {
-	parts := strings.Split(strings.TrimPrefix(v, "v"), ".")
-	if len(parts) < 2 {
-		return false
+// parseDowngradeTarget reads a downgrade target as etcd does: a semantic
+// version "major.minor.patch[-pre][+meta]" (exactly three dot-separated
+// decimal numbers; pre-release and metadata, if present, made of
+// dot-separated [0-9A-Za-z-] identifiers), or failing that "major.minor",
+// read as "major.minor.0". Only major.minor count. ok false is etcd's
+// "wrong downgrade target version format": "garbage", "v3.6", "3",
+// "3.6.0.0"; a well-formed version that is not one minor below the
+// cluster's ("3.5", "4.6") is merely an invalid target.
+func parseDowngradeTarget(v string) (major, minor int64, ok bool) {
+	if major, minor, ok = parseSemver(v); ok {
+		return major, minor, true
 	}
-	maj, err1 := strconv.Atoi(parts[0])
-	minor, err2 := strconv.Atoi(parts[1])
-	cv := strings.Split(ClusterVersion, ".")
-	cmaj, _ := strconv.Atoi(cv[0])
-	cmin, _ := strconv.Atoi(cv[1])
-	return err1 == nil && err2 == nil && maj == cmaj && minor == cmin-1
+	return parseSemver(v + ".0")
+}
+
+var semverIdentifier = regexp.MustCompile(`^[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*$`)
+
+// parseSemver is the grammar of github.com/coreos/go-semver, which etcd
+// parses versions with: metadata after the first "+", then pre-release
+// after the first "-", then three numbers.
+func parseSemver(v string) (major, minor int64, ok bool) {
+	var meta, pre string
+	if i := strings.IndexByte(v, '+'); i >= 0 {
+		v, meta = v[:i], v[i+1:]
+	}
+	if i := strings.IndexByte(v, '-'); i >= 0 {
+		v, pre = v[:i], v[i+1:]
+	}
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) != 3 {
+		return 0, 0, false
+	}
+	for _, id := range []string{pre, meta} {
+		if id != "" && !semverIdentifier.MatchString(id) {
+			return 0, 0, false
+		}
+	}
+	var n [3]int64
+	for i, p := range parts {
+		x, err := strconv.ParseInt(p, 10, 64)
+		if err != nil {
+			return 0, 0, false
+		}
+		n[i] = x
+	}
+	return n[0], n[1], true
+}
+
+// allowedTarget reports whether major.minor is the one version a cluster
+// at ClusterVersion may downgrade to: one minor version below.
+func allowedTarget(major, minor int64) bool {
+	cmaj, cmin, _ := parseSemver(ClusterVersion)
+	return major == cmaj && minor == cmin-1
 }
 
 func (m *maintenanceServer) Downgrade(ctx context.Context, r *pb.DowngradeRequest) (*pb.DowngradeResponse, error) {
@@ -46,7 +89,11 @@ func (m *maintenanceServer) Downgrade(ctx context.Context, r *pb.DowngradeReques
 	d := &s.downgrade
 	switch r.Action {
 	case pb.DowngradeRequest_VALIDATE, pb.DowngradeRequest_ENABLE:
-		if !validTarget(r.Version) {
+		major, minor, ok := parseDowngradeTarget(r.Version)
+		if !ok {
+			return nil, rpctypes.ErrGRPCWrongDowngradeVersionFormat
+		}
+		if !allowedTarget(major, minor) {
 			return nil, rpctypes.ErrGRPCInvalidDowngradeTargetVersion
 		}
 		d.mu.Lock()
@@ -55,7 +102,8 @@ func (m *maintenanceServer) Downgrade(ctx context.Context, r *pb.DowngradeReques
 			return nil, rpctypes.ErrGRPCDowngradeInProcess
 		}
 		if r.Action == pb.DowngradeRequest_ENABLE {
-			d.enabled, d.target = true, strings.TrimPrefix(r.Version, "v")
+			// etcd records the target as a full version: "3.6.0".
+			d.enabled, d.target = true, fmt.Sprintf("%d.%d.0", major, minor)
 		}
 		d.mu.Unlock()
 	case pb.DowngradeRequest_CANCEL:

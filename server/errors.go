@@ -21,6 +21,7 @@ var (
 	errStopped         = errors.New("server: server stopped")
 	errNoLeader        = errors.New("server: no leader")
 	errNoSpace         = errors.New("server: database space exceeded")
+	errCorrupt         = errors.New("server: corrupt cluster")
 )
 
 // toGRPCError maps an internal error to the status etcd returns, so
@@ -51,6 +52,8 @@ func toGRPCError(err error) error {
 		return rpctypes.ErrGRPCRequestTooLarge
 	case errors.Is(err, errNoSpace):
 		return rpctypes.ErrGRPCNoSpace
+	case errors.Is(err, errCorrupt):
+		return rpctypes.ErrGRPCCorrupt
 	case errors.Is(err, errTimeout):
 		return rpctypes.ErrGRPCTimeout
 	case errors.Is(err, errStopped), errors.Is(err, raft.ErrStopped), errors.Is(err, mvcc.ErrBackendClosed):

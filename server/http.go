@@ -4,9 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/pprof"
+	"slices"
+	"strings"
 	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc/status"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -21,8 +27,22 @@ func (s *Server) httpHandler(full bool, gw http.Handler) http.Handler {
 	}
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/health", s.handleHealth)
-	mux.HandleFunc("/livez", s.handleLivez)
-	mux.HandleFunc("/readyz", s.handleReadyz)
+	for path, probes := range map[string]func(*http.Request) []probe{"/livez": s.livezProbes, "/readyz": s.readyzProbes} {
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			writeProbes(w, r, probes(r), r.URL.Query()["exclude"])
+		})
+		// etcd serves each check alone too, at /readyz/<name>.
+		mux.HandleFunc(path+"/", func(w http.ResponseWriter, r *http.Request) {
+			name := strings.TrimPrefix(r.URL.Path, path+"/")
+			for _, p := range probes(r) {
+				if p.name == name {
+					writeProbes(w, r, []probe{p}, nil)
+					return
+				}
+			}
+			http.NotFound(w, r)
+		})
+	}
 	if full {
 		mux.HandleFunc("/version", s.handleVersion)
 		if s.cfg.EnablePprof {
@@ -60,27 +80,55 @@ func (s *Server) healthCheck(serializable bool) (bool, string) {
 	return true, ""
 }
 
+// alarmHealth is /health's first check, as etcd's: an active alarm whose
+// type is not named by an ?exclude= parameter makes the member unhealthy.
+func (s *Server) alarmHealth(excluded []string) (bool, string) {
+	for _, a := range s.alarms.list() {
+		if slices.Contains(excluded, a.Alarm.String()) {
+			continue
+		}
+		switch a.Alarm {
+		case pb.AlarmType_NOSPACE:
+			return false, "ALARM NOSPACE"
+		case pb.AlarmType_CORRUPT:
+			return false, "ALARM CORRUPT"
+		}
+		return false, "ALARM UNKNOWN"
+	}
+	return true, ""
+}
+
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
-	ok, reason := s.healthCheck(r.URL.Query().Get("serializable") == "true")
-	w.Header().Set("Content-Type", "application/json")
-	if !ok {
-		w.WriteHeader(http.StatusServiceUnavailable)
+	ok, reason := s.alarmHealth(r.URL.Query()["exclude"])
+	if ok {
+		ok, reason = s.healthCheck(r.URL.Query().Get("serializable") == "true")
 	}
 	health := "false"
 	if ok {
 		health = "true"
 	}
 	b, _ := json.Marshal(map[string]string{"health": health, "reason": reason})
+	if !ok {
+		// etcd answers a failure with http.Error: plain text, a newline.
+		http.Error(w, string(b), http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
 	w.Write(b)
 }
 
-func (s *Server) handleLivez(w http.ResponseWriter, r *http.Request) {
-	s.writeProbe(w, r, []probe{{"serializable_read", func() error { return nil }}})
+func (s *Server) livezProbes(*http.Request) []probe {
+	return []probe{{"serializable_read", func() error { return nil }}}
 }
 
-func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
-	s.writeProbe(w, r, []probe{
-		{"data_corruption", func() error { return nil }},
+func (s *Server) readyzProbes(r *http.Request) []probe {
+	return []probe{
+		{"data_corruption", func() error {
+			if s.alarms.active(pb.AlarmType_CORRUPT) {
+				return errCorruptAlarm
+			}
+			return nil
+		}},
 		{"linearizable_read", func() error {
 			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 			defer cancel()
@@ -93,44 +141,45 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 			return nil
 		}},
 		{"serializable_read", func() error { return nil }},
-	})
+	}
 }
 
-var errLearner = errors.New("this member is a learner")
+var (
+	errLearner      = errors.New("not supported for learner") // etcd's text
+	errCorruptAlarm = errors.New("alarm activated: CORRUPT")  // etcd's text
+)
 
 type probe struct {
 	name  string
 	check func() error
 }
 
-// writeProbe answers a livez/readyz request in the Kubernetes style etcd
-// follows: "ok", or with ?verbose one "[+]name ok" line per check.
-func (s *Server) writeProbe(w http.ResponseWriter, r *http.Request, probes []probe) {
-	excluded := map[string]bool{}
-	for _, e := range r.URL.Query()["exclude"] {
-		excluded[e] = true
-	}
+// writeProbes answers a livez/readyz request as etcd 3.7 does: "ok", or
+// with ?verbose one "[+]name ok" line per check first; checks named in
+// excluded are skipped and not listed. A failure is a 503 whose body
+// (written as http.Error does) has one line per check, "[-]name failed:
+// reason" for the failed ones.
+func writeProbes(w http.ResponseWriter, r *http.Request, probes []probe, excluded []string) {
 	_, verbose := r.URL.Query()["verbose"]
 	var out []byte
 	failed := false
 	for _, p := range probes {
-		if excluded[p.name] {
-			out = append(out, "[+]"+p.name+" excluded: ok\n"...)
+		if slices.Contains(excluded, p.name) {
 			continue
 		}
 		if err := p.check(); err != nil {
 			failed = true
-			out = append(out, "[-]"+p.name+" failed: reason withheld\n"...)
+			out = fmt.Appendf(out, "[-]%s failed: %s\n", p.name, status.Convert(toGRPCError(err)).Message())
 		} else {
 			out = append(out, "[+]"+p.name+" ok\n"...)
 		}
 	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if failed {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		w.Write(append(out, "failed\n"...))
+		http.Error(w, string(out), http.StatusServiceUnavailable)
 		return
 	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if verbose {
 		w.Write(append(out, "ok\n"...))
 		return

@@ -155,7 +155,7 @@ func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, 
 	if err != nil {
 		return nil, err
 	}
-	if err := k.s.auth.IsPutRequestPermitted(ai, r, k.s.leaseKeys); err != nil {
+	if err := k.s.deferAuthToApply(k.s.auth.IsPutRequestPermitted(ai, r, k.s.leaseKeys)); err != nil {
 		return nil, auth.ToGRPCError(err)
 	}
 	res, err := k.s.proposeAs(ctx, &pb.InternalRaftRequest{Put: r}, ai)
@@ -179,7 +179,7 @@ func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	if err := k.s.auth.IsDeleteRangeRequestPermitted(ai, r); err != nil {
+	if err := k.s.deferAuthToApply(k.s.auth.IsDeleteRangeRequestPermitted(ai, r)); err != nil {
 		return nil, auth.ToGRPCError(err)
 	}
 	res, err := k.s.proposeAs(ctx, &pb.InternalRaftRequest{DeleteRange: r}, ai)
@@ -222,10 +222,11 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 	if err != nil {
 		return nil, err
 	}
-	if err := s.auth.IsTxnPermitted(ai, r, s.leaseKeys); err != nil {
+	readOnly := mvcc.IsTxnReadOnly(r)
+	if err := s.auth.IsTxnPermitted(ai, r, s.leaseKeys); err != nil && (readOnly || s.deferAuthToApply(err) != nil) {
 		return nil, auth.ToGRPCError(err)
 	}
-	if mvcc.IsTxnReadOnly(r) {
+	if readOnly {
 		if !isTxnSerializable(r) {
 			if err := s.linearizableRead(ctx); err != nil {
 				return nil, toGRPCError(err)

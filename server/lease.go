@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -52,7 +53,7 @@ func (l *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest)
 		return nil, err
 	}
 	if keys := s.leaseKeys(r.ID); keys != nil {
-		if err := s.auth.IsLeaseKeysPermitted(ai, keys); err != nil {
+		if err := s.deferAuthToApply(s.auth.IsLeaseKeysPermitted(ai, keys)); err != nil {
 			return nil, auth.ToGRPCError(err)
 		}
 	}
@@ -80,6 +81,8 @@ func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error
 		}
 		resp := &pb.LeaseKeepAliveResponse{ID: req.ID, Header: s.header(0)}
 		ttl, err := s.renewLease(stream.Context(), req.ID)
+		// As etcd, a refused renewal (permission denied included) ends
+		// the stream with its error; there is no per-request error.
 		switch {
 		case err == nil:
 			resp.TTL = ttl
@@ -103,6 +106,13 @@ func (s *Server) renewLease(ctx context.Context, id int64) (int64, error) {
 	if err := s.linearizableRead(ctx); err != nil {
 		return 0, err
 	}
+	rev, err := s.checkLeaseAccess(ctx, []int64{id}, leaseWrite)
+	if err == nil {
+		err = s.authRevisionMoved(rev)
+	}
+	if err != nil {
+		return 0, err
+	}
 	ttl, err := s.lessor.Renew(ctx, id)
 	if errors.Is(err, lease.ErrNotPrimary) {
 		return 0, errNoLeader
@@ -110,8 +120,17 @@ func (s *Server) renewLease(ctx context.Context, id int64) (int64, error) {
 	return ttl, err
 }
 
+// LeaseTimeToLive checks permissions only when the keys are asked for,
+// as etcd: the TTLs alone are no secret.
 func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
 	s := l.s
+	var rev uint64
+	if r.Keys {
+		var err error
+		if rev, err = s.checkLeaseAccess(ctx, []int64{r.ID}, leaseRead); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.linearizableRead(ctx); err != nil {
 		return nil, toGRPCError(err)
 	}
@@ -120,6 +139,9 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 	if errors.Is(err, lease.ErrLeaseNotFound) {
 		resp.TTL = -1 // etcd: an unknown lease has TTL -1
 		return resp, nil
+	}
+	if err == nil && r.Keys {
+		err = s.authRevisionMoved(rev)
 	}
 	if err != nil {
 		return nil, toGRPCError(err)
@@ -133,11 +155,75 @@ func (l *leaseServer) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest)
 	if err := s.linearizableRead(ctx); err != nil {
 		return nil, toGRPCError(err)
 	}
+	ids := s.lessor.Leases()
+	rev, err := s.checkLeaseAccess(ctx, ids, leaseRead)
+	if err == nil {
+		err = s.authRevisionMoved(rev)
+	}
+	if err != nil {
+		return nil, err
+	}
 	resp := &pb.LeaseLeasesResponse{Header: s.header(0)}
-	for _, id := range s.lessor.Leases() {
+	for _, id := range ids {
 		resp.Leases = append(resp.Leases, &pb.LeaseStatus{ID: id})
 	}
 	return resp, nil
+}
+
+// leaseAccess is what a lease RPC needs on the keys attached to a lease.
+type leaseAccess int
+
+const (
+	leaseRead  leaseAccess = iota // LeaseLeases, LeaseTimeToLive with keys
+	leaseWrite                    // LeaseKeepAlive; LeaseRevoke has its own check
+)
+
+// checkLeaseAccess is etcd's rule for the lease RPCs that reveal or
+// extend other users' leases. With auth enabled the caller must be
+// identified; root passes; anyone else needs read (leaseRead) or write
+// (leaseWrite) access to every key attached to each of the leases ids. A
+// lease without keys, or one that does not exist, passes: the RPC then
+// answers as it does for anyone. It returns the auth revision the check
+// started at, for authRevisionMoved once the RPC has its answer. The
+// error is a gRPC status.
+func (s *Server) checkLeaseAccess(ctx context.Context, ids []int64, access leaseAccess) (uint64, error) {
+	rev := s.auth.Revision()
+	if !s.auth.IsAuthEnabled() {
+		return rev, nil
+	}
+	ai, err := s.authInfo(ctx)
+	if err != nil {
+		return rev, err
+	}
+	if ai.Username == "" {
+		return rev, auth.ToGRPCError(auth.ErrUserEmpty)
+	}
+	if s.auth.IsAdminPermitted(ai) == nil {
+		return rev, nil
+	}
+	check := s.auth.IsLeaseKeysReadPermitted
+	if access == leaseWrite {
+		check = s.auth.IsLeaseKeysPermitted
+	}
+	for _, id := range ids {
+		keys, ok := s.lessor.Keys(id)
+		if !ok {
+			continue
+		}
+		if err := check(ai, keys); err != nil {
+			return rev, auth.ToGRPCError(err)
+		}
+	}
+	return rev, nil
+}
+
+// authRevisionMoved refuses an answer computed while permissions changed
+// (etcd's "revision of auth store is old"), as a gRPC status.
+func (s *Server) authRevisionMoved(rev uint64) error {
+	if s.auth.IsAuthEnabled() && s.auth.Revision() != rev {
+		return auth.ToGRPCError(auth.ErrAuthOldRevision)
+	}
+	return nil
 }
 
 // runLeases promotes the lessor when this member becomes leader and
@@ -159,7 +245,16 @@ func (s *Server) runLeases() {
 				go func(id int64) {
 					ctx, cancel := context.WithTimeout(context.Background(), s.requestTimeout())
 					defer cancel()
-					s.propose(ctx, &pb.InternalRaftRequest{LeaseRevoke: &pb.LeaseRevokeRequest{ID: id}})
+					res, err := s.propose(ctx, &pb.InternalRaftRequest{LeaseRevoke: &pb.LeaseRevokeRequest{ID: id}})
+					if err == nil {
+						err = res.err
+					}
+					// The lessor reports the lease again later. Under the
+					// CORRUPT alarm every revoke is refused, so expired
+					// leases stay until it is disarmed; say so, as etcd.
+					if err != nil && !errors.Is(err, lease.ErrLeaseNotFound) && !errors.Is(err, errStopped) {
+						s.lg.Warn("failed to revoke an expired lease", "lease-id", fmt.Sprintf("%016x", id), "error", err)
+					}
 				}(id)
 			}
 		case <-tick.C:

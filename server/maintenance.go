@@ -56,7 +56,13 @@ func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 func (m *maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
 	s := m.s
 	if r.Action == pb.AlarmRequest_GET {
-		return &pb.AlarmResponse{Header: s.header(0), Alarms: s.alarms.list()}, nil
+		resp := &pb.AlarmResponse{Header: s.header(0)}
+		for _, a := range s.alarms.list() {
+			if r.Alarm == pb.AlarmType_NONE || a.Alarm == r.Alarm { // etcd filters by type
+				resp.Alarms = append(resp.Alarms, a)
+			}
+		}
+		return resp, nil
 	}
 	if err := s.checkAdmin(ctx); err != nil {
 		return nil, err

@@ -62,16 +62,23 @@ func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
 	}()
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- w.recvLoop(stream, ws, own) }()
-	select {
-	case err := <-recvErr:
-		if err == io.EOF {
-			return nil
+	for {
+		select {
+		case err := <-recvErr:
+			if err == io.EOF {
+				// The client half-closed its side (the JSON gateway does
+				// once it has read the request body): as etcd, keep
+				// sending what the watchers produce until the client
+				// goes away or the server stops.
+				recvErr = nil
+				continue
+			}
+			return err
+		case err := <-sendErr:
+			return err
+		case <-s.stopping:
+			return rpctypes.ErrGRPCStopped
 		}
-		return err
-	case err := <-sendErr:
-		return err
-	case <-s.stopping:
-		return rpctypes.ErrGRPCStopped
 	}
 }
 
@@ -110,11 +117,11 @@ func (w *watchServer) recvLoop(stream pb.Watch_WatchServer, ws *mvcc.WatchStream
 				refuse(err.Error())
 				continue
 			}
-			if _, err := ws.Watch(mvcc.WatchRequestFromProto(c)); err != nil {
-				if errors.Is(err, mvcc.ErrWatchStreamClosed) {
-					return nil
-				}
-				refuse(err.Error())
+			// A refused create (duplicate watch_id, empty range) is
+			// answered on the stream by ws itself: one created-and-
+			// canceled response, as etcd sends.
+			if _, err := ws.Watch(mvcc.WatchRequestFromProto(c)); errors.Is(err, mvcc.ErrWatchStreamClosed) {
+				return nil
 			}
 		case req.GetCancelRequest() != nil:
 			_ = ws.Cancel(mvcc.WatchID(req.GetCancelRequest().WatchId))

@@ -1,0 +1,113 @@
+package server
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+)
+
+// TestCorruptAlarmStopsWrites (issue 17 item 2): once a client raises
+// CORRUPT, every request that changes the keyspace or the leases is
+// refused with etcd's "corrupt cluster" (DataLoss), reads keep working,
+// /health and /readyz report it, the alarm survives a restart, and
+// deactivating it (what `etcdctl alarm disarm` sends) ends it.
+func TestCorruptAlarmStopsWrites(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "d")
+	m := startMember(t, dir)
+	ctx := context.Background()
+	lc := pb.NewLeaseClient(m.conn)
+	if _, err := m.kv.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lc.LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: 7, TTL: 60}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.maint.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: m.s.id, Alarm: pb.AlarmType_CORRUPT}); err != nil {
+		t.Fatal(err)
+	}
+
+	refused := func(m *testMember) {
+		t.Helper()
+		put := &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("t"), Value: []byte("v")}}}
+		lc := pb.NewLeaseClient(m.conn)
+		for name, call := range map[string]func() error{
+			"Put": func() error {
+				_, err := m.kv.Put(ctx, &pb.PutRequest{Key: []byte("k2"), Value: []byte("v")})
+				return err
+			},
+			"DeleteRange": func() error { _, err := m.kv.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte("k")}); return err },
+			"Txn":         func() error { _, err := m.kv.Txn(ctx, &pb.TxnRequest{Success: []*pb.RequestOp{put}}); return err },
+			"Compact":     func() error { _, err := m.kv.Compact(ctx, &pb.CompactionRequest{Revision: 1}); return err },
+			"LeaseGrant":  func() error { _, err := lc.LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: 8, TTL: 60}); return err },
+			"LeaseRevoke": func() error { _, err := lc.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: 7}); return err },
+		} {
+			err := call()
+			if err == nil {
+				t.Fatalf("%s acknowledged under the CORRUPT alarm", name)
+			}
+			wantErr(t, err, rpctypes.ErrGRPCCorrupt)
+		}
+		r, err := m.kv.Range(ctx, &pb.RangeRequest{Key: []byte("k")})
+		if err != nil || len(r.Kvs) != 1 || r.Header.Revision != 2 {
+			t.Fatalf("Range under CORRUPT: %v, %v; want k at revision 2", r, err)
+		}
+		if _, err := m.kv.Range(ctx, &pb.RangeRequest{Key: []byte("k"), Serializable: true}); err != nil {
+			t.Fatalf("serializable Range under CORRUPT: %v", err)
+		}
+		if _, err := lc.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: 7}); err != nil {
+			t.Fatalf("LeaseTimeToLive under CORRUPT: %v", err)
+		}
+		st, err := m.maint.Status(ctx, &pb.StatusRequest{})
+		if err != nil || len(st.Errors) != 1 || !strings.Contains(st.Errors[0], "CORRUPT") {
+			t.Fatalf("Status under CORRUPT: %v, %v", st, err)
+		}
+		code, body := httpGet(t, m.client+"/health")
+		if code != http.StatusServiceUnavailable || body != `{"health":"false","reason":"ALARM CORRUPT"}`+"\n" {
+			t.Fatalf("/health under CORRUPT: %d %q", code, body)
+		}
+		code, body = httpGet(t, m.client+"/readyz/data_corruption")
+		if code != http.StatusServiceUnavailable || body != "[-]data_corruption failed: alarm activated: CORRUPT\n\n" {
+			t.Fatalf("/readyz/data_corruption under CORRUPT: %d %q", code, body)
+		}
+	}
+	refused(m)
+	m.stop(t)
+
+	m = startWithArgs(t, m.args, m.client) // the alarm is in the page store
+	defer m.stop(t)
+	refused(m)
+	if _, err := m.maint.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_DEACTIVATE, MemberID: m.s.id, Alarm: pb.AlarmType_CORRUPT}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := m.kv.Put(ctx, &pb.PutRequest{Key: []byte("k2"), Value: []byte("v")}); err != nil || r.Header.Revision != 3 {
+		t.Fatalf("Put after the alarm is disarmed: %v, %v; want revision 3", r, err)
+	}
+	if _, err := pb.NewLeaseClient(m.conn).LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: 7}); err != nil {
+		t.Fatalf("LeaseRevoke after the alarm is disarmed: %v", err)
+	}
+	if code, body := httpGet(t, m.client+"/health"); code != http.StatusOK {
+		t.Fatalf("/health after disarm: %d %q", code, body)
+	}
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	cl := &http.Client{Timeout: 10 * time.Second}
+	resp, err := cl.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
