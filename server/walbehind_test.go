@@ -24,7 +24,7 @@ import (
 // out (what etcd 3.7 does, and what Strata did).
 func TestRefusesWALBehindPageStore(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
+		name   string
 		break_ func(t *testing.T, walDir string)
 	}{
 		{"truncated", func(t *testing.T, walDir string) {
