@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
-	"github.com/strata-db/strata/bench/disk"
+	"github.com/strata-db/strata/diskprobe"
 	"github.com/strata-db/strata/server/config"
 )
 
@@ -174,7 +174,7 @@ func probeWALDisk(walDir, cachePath string, lg *slog.Logger, now time.Time) (*di
 	} else {
 		lg.Debug("measuring WAL disk fdatasync latency", "wal-dir", abs, "reason", why)
 	}
-	r, err := disk.Run(context.Background(), disk.Options{
+	r, err := diskprobe.Run(context.Background(), diskprobe.Options{
 		Dir: abs, File: diskProbeTestFile, Size: diskProbeSize, Duration: diskProbeDuration})
 	if err != nil {
 		return nil, err
@@ -246,9 +246,9 @@ func applyDiskProbe(cfg *config.Config, p *diskProbe, lg *slog.Logger) diskBatch
 		"fdatasync-p50", p.P50.String(), "fdatasync-p99", p.P99.String(), "fdatasync-p99.9", p.P999.String(),
 		"fdatasync-max", p.Max.String(), "wal-group-commit-window", b.walGroupCommitWindow.String(),
 		"backend-batch-interval", b.backendBatchInterval.String(), "backend-batch-interval-from", intervalFrom)
-	if p.P99 > disk.MaxP99 {
+	if p.P99 > diskprobe.MaxP99 {
 		lg.Warn("WAL disk is slower than etcd's guidance: p99 fdatasync above 10 ms; expect slow requests and leader elections",
-			"wal-dir", p.WALDir, "fdatasync-p99", p.P99.String(), "expected-p99", disk.MaxP99.String())
+			"wal-dir", p.WALDir, "fdatasync-p99", p.P99.String(), "expected-p99", diskprobe.MaxP99.String())
 	}
 	return b
 }

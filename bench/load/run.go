@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/strata-db/strata/tools/progress"
+	"github.com/strata-db/strata/progress"
 )
 
 // Exit statuses of Main.

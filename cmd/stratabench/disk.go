@@ -16,7 +16,8 @@ import (
 
 	"github.com/strata-db/strata/bench/disk"
 	"github.com/strata-db/strata/bench/disk/diskplot"
-	"github.com/strata-db/strata/tools/progress"
+	"github.com/strata-db/strata/diskprobe"
+	"github.com/strata-db/strata/progress"
 )
 
 const diskUsage = `usage: stratabench disk --dir DIR [flags]
@@ -100,7 +101,7 @@ func runDisk(args []string, stdout, stderr io.Writer) int {
 		planned = min(planned, int64(*count))
 	}
 	bar := progress.NewTo(stderr, "fdatasync", planned, "writes")
-	res, err := disk.Run(ctx, disk.Options{
+	res, err := diskprobe.Run(ctx, diskprobe.Options{
 		Dir: *dir, BlockSize: int(blockSize), Size: fileSize, Count: *count, Duration: *duration, Keep: *keep,
 		Progress: func(done, planned int, elapsed time.Duration) {
 			total := int64(planned)
@@ -204,13 +205,13 @@ func runDiskCompare(args []string, stdout, stderr io.Writer) int {
 		}
 		fio = append(fio, fr)
 	}
-	var bench []*disk.Result
+	var bench []*diskprobe.Result
 	for _, name := range benchFiles {
 		data, err := os.ReadFile(name)
 		if err != nil {
 			return fail(err)
 		}
-		br := new(disk.Result)
+		br := new(diskprobe.Result)
 		if err := json.Unmarshal(data, br); err != nil || br.Writes == 0 {
 			return fail(fmt.Errorf("%s: not the output of stratabench disk -w json", name))
 		}

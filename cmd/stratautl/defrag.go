@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/strata-db/strata/pagestore"
-	"github.com/strata-db/strata/tools/progress"
+	"github.com/strata-db/strata/progress"
 	"github.com/strata-db/strata/vfs"
 )
 

@@ -6,8 +6,8 @@ import (
 	"io"
 	"text/tabwriter"
 
+	"github.com/strata-db/strata/progress"
 	"github.com/strata-db/strata/tools"
-	"github.com/strata-db/strata/tools/progress"
 )
 
 func init() {

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/strata-db/strata/progress"
 	"github.com/strata-db/strata/tools"
-	"github.com/strata-db/strata/tools/progress"
 )
 
 func init() {

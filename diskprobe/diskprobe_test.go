@@ -1,10 +1,9 @@
-package disk
+package diskprobe
 
 import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 )
@@ -117,17 +116,6 @@ func TestJudge(t *testing.T) {
 		v := Judge(c.p99, c.iops)
 		if v.OK != c.ok || v.Grade != c.grade || len(v.Notes) != 2 {
 			t.Errorf("Judge(%v, %v) = %+v", c.p99, c.iops, v)
-		}
-	}
-}
-
-func TestSummaryText(t *testing.T) {
-	r := &Result{Dir: "/d", BlockSize: 2300, Writes: 10, IOPS: 123, Elapsed: time.Second,
-		Sync: Latency{P99: 3 * time.Millisecond}, Verdict: Judge(3*time.Millisecond, 123)}
-	s := Summary(r)
-	for _, want := range []string{"/d", "Sync IOPS:   123", "3.00 ms", "ADEQUATE"} {
-		if !strings.Contains(s, want) {
-			t.Errorf("summary lacks %q:\n%s", want, s)
 		}
 	}
 }
