@@ -87,6 +87,10 @@ type Result struct {
 	Verdict Verdict `json:"verdict"`
 	// Syncs holds every fdatasync latency in the order measured.
 	Syncs []time.Duration `json:"-"`
+	// Ends holds, for each write, when its fdatasync returned, as time
+	// since the start; callers that leave out a warm-up compute the rate
+	// of the rest from it.
+	Ends []time.Duration `json:"-"`
 }
 
 // Latency summarises a latency sample.
@@ -178,6 +182,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	buf := make([]byte, o.BlockSize)
 	fill(buf)
 	res := &Result{Dir: o.Dir, BlockSize: o.BlockSize, Syncs: make([]time.Duration, 0, min(planned, 1<<20))}
+	res.Ends = make([]time.Duration, 0, cap(res.Syncs))
 	writes := make([]time.Duration, 0, cap(res.Syncs))
 	start := time.Now()
 	lastReport := start
@@ -197,6 +202,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		writes = append(writes, t1.Sub(t0))
 		res.Syncs = append(res.Syncs, t2.Sub(t1))
 		elapsed := t2.Sub(start)
+		res.Ends = append(res.Ends, elapsed)
 		if o.Duration > 0 && elapsed >= o.Duration {
 			planned = i + 1
 			break

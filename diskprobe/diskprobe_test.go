@@ -23,6 +23,14 @@ func TestRunCount(t *testing.T) {
 	if r.Writes != 40 || r.Bytes != 40*DefaultBlockSize || len(r.Syncs) != 40 {
 		t.Fatalf("writes %d bytes %d syncs %d", r.Writes, r.Bytes, len(r.Syncs))
 	}
+	if len(r.Ends) != 40 || r.Ends[39] > r.Elapsed || r.Ends[0] < r.Syncs[0] {
+		t.Fatalf("ends %v (elapsed %v)", r.Ends, r.Elapsed)
+	}
+	for i := 1; i < len(r.Ends); i++ {
+		if r.Ends[i]-r.Ends[i-1] < r.Syncs[i] {
+			t.Fatalf("write %d ended %v after the one before, but its sync took %v", i, r.Ends[i]-r.Ends[i-1], r.Syncs[i])
+		}
+	}
 	if r.IOPS <= 0 || r.Elapsed <= 0 {
 		t.Fatalf("iops %v elapsed %v", r.IOPS, r.Elapsed)
 	}
