@@ -63,13 +63,33 @@ func Main(workload string, args []string, stdin io.Reader, stdout, stderr io.Wri
 			return ExitFail
 		}
 	} else {
-		f.WriteText(stdout, s)
+		writeTextFraming(stdout, o, func() { f.WriteText(stdout, s) })
 	}
 	if s.Requests == 0 {
 		fmt.Fprintf(stderr, "stratabench %s: no request succeeded\n", o.Workload)
 		return ExitFail
 	}
 	return ExitOK
+}
+
+// writeTextFraming prints the lines etcd's benchmark prints around the
+// summary of a single-report workload, so its whole output reads the
+// same: range names its consistency first; put and txn-put end with a
+// blank line.
+func writeTextFraming(w io.Writer, o *Options, summary func()) {
+	switch o.Workload {
+	case "range":
+		kind := "linearizable"
+		if o.Consistency == "s" {
+			kind = "serializable"
+		}
+		fmt.Fprintf(w, "bench with %s range\n", kind)
+	}
+	summary()
+	switch o.Workload {
+	case "put", "txn-put":
+		fmt.Fprintln(w)
+	}
 }
 
 func usageExit(err error, workload string, stderr io.Writer) int {
