@@ -98,7 +98,8 @@ func usageExit(err error, workload string, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stderr, err)
 	if _, ok := Workloads[workload]; !ok {
-		workload = "WORKLOAD"
+		fmt.Fprintln(stderr, "Run 'stratabench -h' for the commands.")
+		return ExitUsage
 	}
 	fmt.Fprintf(stderr, "Run 'stratabench %s -h' for the flags.\n", workload)
 	return ExitUsage

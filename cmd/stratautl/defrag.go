@@ -119,5 +119,5 @@ func dbStats(path string) (pagestore.Stats, error) {
 }
 
 func init() {
-	register(command{name: "defrag", summary: "rewrite the page store into a compact file (server stopped)", run: intCommand(runDefrag)})
+	register(command{name: "defrag", example: "stratautl defrag --data-dir default.strata", summary: "rewrite the page store into a compact file (server stopped)", run: intCommand(runDefrag)})
 }

@@ -9,8 +9,8 @@ import (
 )
 
 func init() {
-	register(command{name: "wal dump", summary: "list WAL records with decoded requests", run: walDump})
-	register(command{name: "wal verify", summary: "check every WAL record; non-zero exit on corruption", run: walVerify})
+	register(command{name: "wal dump", example: "stratautl wal dump --dir default.strata", summary: "list WAL records with decoded requests", run: walDump})
+	register(command{name: "wal verify", example: "stratautl wal verify --dir default.strata", summary: "check every WAL record; non-zero exit on corruption", run: walVerify})
 }
 
 func walDump(args []string, stdout, stderr io.Writer) error {
