@@ -135,11 +135,17 @@ func runDisk(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	planned := fileSize / blockSize
-	if *count > 0 {
-		planned = min(planned, int64(*count))
+	if st, err := os.Stat(*dir); err != nil || !st.IsDir() {
+		why := "not a directory"
+		if err != nil {
+			why = errors.Unwrap(err).Error()
+		}
+		fmt.Fprintf(stderr, "stratabench disk: --dir %s: %s (give a directory on the disk to test; create it first)\n", *dir, why)
+		return 1
 	}
-	bar := progress.NewTo(stderr, "fdatasync", planned, "writes")
+	// The bar is drawn once writes have started, never for a run that
+	// cannot start.
+	var bar *progress.Bar
 	res, err := diskprobe.Run(ctx, diskprobe.Options{
 		Dir: *dir, BlockSize: int(blockSize), Size: fileSize, Count: *count, Duration: *duration, Keep: *keep,
 		Progress: func(done, planned int, elapsed time.Duration) {
@@ -148,16 +154,23 @@ func runDisk(args []string, stdout, stderr io.Writer) int {
 				// The run ends at the deadline: estimate where.
 				total = min(total, max(int64(done)+1, int64(float64(done)*float64(*duration)/float64(elapsed))))
 			}
+			if bar == nil {
+				bar = progress.NewTo(stderr, "fdatasync", total, "writes")
+			}
 			bar.SetTotal(total)
 			bar.Set(int64(done))
 		},
 	})
 	if err != nil {
-		fmt.Fprintln(stderr)
+		if bar != nil {
+			fmt.Fprintln(stderr)
+		}
 		fmt.Fprintf(stderr, "stratabench disk: %v\n", err)
 		return 1
 	}
-	bar.Finish()
+	if bar != nil {
+		bar.Finish()
+	}
 	if *plotFile != "" {
 		if err := diskplot.Write(res, *plotFile); err != nil {
 			fmt.Fprintf(stderr, "stratabench disk: %v\n", err)
