@@ -269,3 +269,56 @@ func fmtr(v []float64) string {
 	}
 	return strings.Join(s, " ")
 }
+
+// skeleton reduces a text summary to its layout: every number becomes N
+// and the histogram bars go, so two runs of different speed compare equal
+// when their lines, labels and punctuation are the same.
+func skeleton(out string) []string {
+	num := regexp.MustCompile(`[0-9]+(\.[0-9]+)?(e[-+][0-9]+)?`)
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		lines = append(lines, num.ReplaceAllString(strings.TrimRight(l, "∎"), "N"))
+	}
+	return lines
+}
+
+// TestStratabenchSummaryLayout runs etcd's benchmark and stratabench with
+// the same put workload on one server and compares their text summaries
+// line by line, numbers aside: the README promises etcd's summary.
+func TestStratabenchSummaryLayout(t *testing.T) {
+	b := needBins(t)
+	sb := stratabenchBin(t)
+	srv, err := harness.NewServer(harness.ServerConfig{Bin: targetBin(t, b), Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop() })
+	ctl := &harness.Ctl{Bin: b.Etcdctl, Endpoints: []string{srv.ClientURL}}
+	if r := ctl.Run("", "put", "foo", "bar"); r.Code != 0 {
+		t.Fatal(r)
+	}
+	for _, w := range [][]string{
+		{"put", "--total=300"}, {"--precise", "put", "--total=300"}, {"range", "foo", "--total=300"},
+		{"range", "foo", "--total=300", "--consistency=s"}, {"txn-put", "--total=200"}, {"lease-keepalive", "--total=200"},
+	} {
+		a := append([]string{"--endpoints=" + srv.ClientAddr, "--clients=4", "--conns=2"}, w...)
+		var outs [2]string
+		for i, bin := range []string{b.Benchmark, sb} {
+			cmd := exec.Command(bin, a...)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("%s %q: %v\n%s", filepath.Base(bin), a, err, stderr.String())
+			}
+			outs[i] = stdout.String()
+		}
+		want, got := skeleton(outs[0]), skeleton(outs[1])
+		if strings.Join(want, "\n") != strings.Join(got, "\n") {
+			t.Errorf("%q: stratabench's output differs from etcd benchmark's\n--- benchmark\n%s\n--- stratabench\n%s",
+				w, outs[0], outs[1])
+		}
+	}
+}

@@ -16,7 +16,9 @@ const compactBatchBytes = 16 << 20
 // so every leaf of the copy is full and the copy has no free pages.
 // Opening src takes its lock, so Compact fails with ErrDatabaseLocked while
 // a server has it open. progress, if non-nil, is called with bytes copied
-// so far and the bytes in use in src (an estimate of the total).
+// so far and the bytes in use in src (an estimate of the total), first
+// with 0 once src is open and locked, so a caller that draws a progress
+// bar on that first call never draws one for a database it cannot have.
 //
 // The copy is synced (file and directory) before Compact returns; on error
 // a partial dst is removed.
@@ -50,6 +52,7 @@ func Compact(dst, src string, progress func(done, total int64)) (err error) {
 			progress(min(done, total), total)
 		}
 	}
+	report()
 	err = sdb.View(func(stx *Tx) error {
 		return stx.ForEach(func(name []byte, sb *Bucket) error {
 			c := sb.Cursor()

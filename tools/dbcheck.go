@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/strata-db/strata/pagestore"
-	"github.com/strata-db/strata/tools/progress"
+	"github.com/strata-db/strata/progress"
 )
 
 // ResolveDBPath accepts a data dir (whose page store is member/snap/db)

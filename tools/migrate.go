@@ -13,7 +13,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/strata-db/strata/pagestore"
-	"github.com/strata-db/strata/tools/progress"
+	"github.com/strata-db/strata/progress"
 )
 
 // Moving data between Strata's page store and etcd's bbolt snapshot.db.

@@ -16,10 +16,10 @@ import (
 
 	"github.com/strata-db/strata/mvcc"
 	"github.com/strata-db/strata/pagestore"
+	"github.com/strata-db/strata/progress"
 	"github.com/strata-db/strata/raft"
 	"github.com/strata-db/strata/server"
 	"github.com/strata-db/strata/server/config"
-	"github.com/strata-db/strata/tools/progress"
 	"github.com/strata-db/strata/vfs"
 	"github.com/strata-db/strata/wal"
 )

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/strata-db/strata/tools/progress"
+	"github.com/strata-db/strata/progress"
 	"github.com/strata-db/strata/wal"
 )
 

@@ -7,17 +7,19 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/strata-db/strata/diskprobe"
 )
 
 // FioResult is what a comparison needs from fio's JSON output
 // (--output-format=json) of a job like fio-profiles/etcd-wal.fio.
 type FioResult struct {
-	Job     string        `json:"job"`
-	Version string        `json:"version"`
-	Writes  int64         `json:"writes"`
-	Runtime time.Duration `json:"runtime_ns"`
-	IOPS    float64       `json:"iops"`
-	Sync    Latency       `json:"fdatasync"`
+	Job     string            `json:"job"`
+	Version string            `json:"version"`
+	Writes  int64             `json:"writes"`
+	Runtime time.Duration     `json:"runtime_ns"`
+	IOPS    float64           `json:"iops"`
+	Sync    diskprobe.Latency `json:"fdatasync"`
 }
 
 type fioLat struct {
@@ -73,7 +75,7 @@ func ParseFio(data []byte) (*FioResult, error) {
 	return &FioResult{
 		Job: j.Name, Version: out.Version, Writes: j.Write.TotalIOs,
 		Runtime: time.Duration(j.Write.Runtime) * time.Millisecond, IOPS: j.Write.IOPS,
-		Sync: Latency{Min: ns(l.Min), Max: ns(l.Max), Mean: ns(l.Mean),
+		Sync: diskprobe.Latency{Min: ns(l.Min), Max: ns(l.Max), Mean: ns(l.Mean),
 			P50: pct("50.000000"), P90: pct("90.000000"), P99: pct("99.000000"), P999: pct("99.900000")},
 	}, nil
 }
@@ -83,10 +85,10 @@ func ParseFio(data []byte) (*FioResult, error) {
 // both), IOPS are pooled: all writes over all the time; latencies are the
 // mean of each run's figure.
 type Comparison struct {
-	FioRuns   []*FioResult `json:"fio_runs"`
-	BenchRuns []*Result    `json:"stratabench_runs"`
-	Fio       FioResult    `json:"fio"`
-	Bench     Result       `json:"stratabench"`
+	FioRuns   []*FioResult        `json:"fio_runs"`
+	BenchRuns []*diskprobe.Result `json:"stratabench_runs"`
+	Fio       FioResult           `json:"fio"`
+	Bench     diskprobe.Result    `json:"stratabench"`
 	// Ratio is stratabench's pooled IOPS over fio's.
 	Ratio float64 `json:"iops_ratio"`
 	// Tolerance is the largest accepted |Ratio-1|.
@@ -95,8 +97,8 @@ type Comparison struct {
 }
 
 // meanLatency averages latency summaries field by field.
-func meanLatency(ls []Latency) Latency {
-	var m Latency
+func meanLatency(ls []diskprobe.Latency) diskprobe.Latency {
+	var m diskprobe.Latency
 	if len(ls) == 0 {
 		return m
 	}
@@ -116,9 +118,9 @@ func meanLatency(ls []Latency) Latency {
 // Compare checks that the pooled sequential sync IOPS of the fio runs and
 // the stratabench runs agree within tol (0.25 for ±25%), relative to
 // fio's. Both lists must be non-empty.
-func Compare(fio []*FioResult, bench []*Result, tol float64) Comparison {
+func Compare(fio []*FioResult, bench []*diskprobe.Result, tol float64) Comparison {
 	c := Comparison{FioRuns: fio, BenchRuns: bench, Tolerance: tol}
-	var ls []Latency
+	var ls []diskprobe.Latency
 	for _, f := range fio {
 		c.Fio.Job, c.Fio.Version = f.Job, f.Version
 		c.Fio.Writes += f.Writes
@@ -182,3 +184,6 @@ func (c Comparison) String() string {
 		c.Ratio, (c.Ratio-1)*100, verdict, c.Tolerance*100)
 	return b.String()
 }
+
+// fmtDur is the latency format of the summaries.
+func fmtDur(d time.Duration) string { return diskprobe.FormatDuration(d) }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/strata-db/strata/diskprobe"
 )
 
 func TestParseFio(t *testing.T) {
@@ -18,7 +20,7 @@ func TestParseFio(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := FioResult{Job: "etcd-wal", Version: "fio-3.33", Writes: 924, Runtime: 2002 * time.Millisecond, IOPS: 461.538462,
-		Sync: Latency{Min: 270664, Max: 34745045, Mean: 2153867, P50: 1138688, P90: 4227072, P99: 13303808, P999: 34865152}}
+		Sync: diskprobe.Latency{Min: 270664, Max: 34745045, Mean: 2153867, P50: 1138688, P90: 4227072, P99: 13303808, P999: 34865152}}
 	if *f != want {
 		t.Fatalf("got  %+v\nwant %+v", *f, want)
 	}
@@ -41,15 +43,15 @@ func TestCompare(t *testing.T) {
 		iops  float64
 		agree bool
 	}{{1000, true}, {1250, true}, {750, true}, {1251, false}, {749, false}} {
-		got := Compare([]*FioResult{f}, []*Result{{IOPS: c.iops}}, 0.25)
+		got := Compare([]*FioResult{f}, []*diskprobe.Result{{IOPS: c.iops}}, 0.25)
 		if got.Agree != c.agree {
 			t.Errorf("IOPS %v vs 1000: agree %v", c.iops, got.Agree)
 		}
 	}
-	if Compare([]*FioResult{{}}, []*Result{{IOPS: 5}}, 0.25).Agree {
+	if Compare([]*FioResult{{}}, []*diskprobe.Result{{IOPS: 5}}, 0.25).Agree {
 		t.Error("zero fio IOPS agreed")
 	}
-	s := Compare([]*FioResult{f}, []*Result{{IOPS: 800}}, 0.25).String()
+	s := Compare([]*FioResult{f}, []*diskprobe.Result{{IOPS: 800}}, 0.25).String()
 	if !strings.Contains(s, "0.800") || !strings.Contains(s, "agree, within ±25%") {
 		t.Errorf("%s", s)
 	}
@@ -58,10 +60,10 @@ func TestCompare(t *testing.T) {
 func TestComparePools(t *testing.T) {
 	// A fast and a slow period hit one run of each side.
 	fio := []*FioResult{
-		{Writes: 3000, Runtime: time.Second, IOPS: 3000, Sync: Latency{P99: 2 * time.Millisecond, Max: 5 * time.Millisecond}},
-		{Writes: 1000, Runtime: time.Second, IOPS: 1000, Sync: Latency{P99: 4 * time.Millisecond, Max: 9 * time.Millisecond}},
+		{Writes: 3000, Runtime: time.Second, IOPS: 3000, Sync: diskprobe.Latency{P99: 2 * time.Millisecond, Max: 5 * time.Millisecond}},
+		{Writes: 1000, Runtime: time.Second, IOPS: 1000, Sync: diskprobe.Latency{P99: 4 * time.Millisecond, Max: 9 * time.Millisecond}},
 	}
-	bench := []*Result{
+	bench := []*diskprobe.Result{
 		{Writes: 1100, Elapsed: time.Second, IOPS: 1100},
 		{Writes: 2900, Elapsed: time.Second, IOPS: 2900},
 	}

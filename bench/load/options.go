@@ -129,7 +129,7 @@ func (l *listFlag) Set(v string) error {
 
 // DefaultGlobal is the global flags' defaults (etcd benchmark's).
 func DefaultGlobal() Global {
-	return Global{Endpoints: []string{"127.0.0.1:2379"}, Conns: 1, Clients: 1, WriteOut: "text"}
+	return Global{Endpoints: []string{"127.0.0.1:2379"}, Conns: 1, Clients: 1, WriteOut: "simple"}
 }
 
 func addGlobalFlags(fs *flag.FlagSet, g *Global) {
@@ -144,7 +144,7 @@ func addGlobalFlags(fs *flag.FlagSet, g *Global) {
 	fs.StringVar(&g.User, "user", g.User, "username[:password] for authentication; prompts for the password when it is missing")
 	fs.DurationVar(&g.DialTimeout, "dial-timeout", g.DialTimeout, "how long to wait for each connection to be ready (0: 10s)")
 	fs.BoolVar(&g.TargetLeader, "target-leader", g.TargetLeader, "connect only to the leader's client URLs")
-	fs.StringVar(&g.WriteOut, "write-out", g.WriteOut, "output format: text or json")
+	fs.StringVar(&g.WriteOut, "write-out", g.WriteOut, "output format: simple (etcd benchmark's summary) or json")
 	fs.StringVar(&g.WriteOut, "w", g.WriteOut, "short for --write-out")
 }
 
@@ -277,27 +277,81 @@ func ParseGlobal(args []string, help io.Writer) (Global, string, []string, error
 	return g, fs.Arg(0), fs.Args()[1:], nil
 }
 
+// Examples are a few command lines of each workload, for its -h.
+var Examples = map[string][]string{
+	"put": {
+		"stratabench put --endpoints=127.0.0.1:2379 --clients=16 --conns=4 --total=10000 --key-size=8 --val-size=256",
+		"stratabench put --total=100000 --sequential-keys --key-space-size=100000 --rate=5000 -w json",
+	},
+	"range": {
+		"stratabench range foo --consistency=s --clients=16 --conns=4 --total=20000",
+		"stratabench range --prefix /registry/ --limit=500 --keys-only",
+	},
+	"txn-put":   {"stratabench txn-put --txn-ops=4 --key-space-size=1000 --total=5000"},
+	"txn-mixed": {"stratabench txn-mixed --rw-ratio=4 --key-space-size=1000 --total=10000 --consistency=s"},
+	"watch":     {"stratabench watch --streams=10 --watch-per-stream=100 --watched-key-total=10 --put-total=1000"},
+	"watch-latency": {
+		"stratabench watch-latency --put-total=1000 --put-rate=200 --streams=10 --watchers-per-stream=10",
+	},
+	"lease-keepalive": {"stratabench lease-keepalive --clients=8 --total=10000"},
+}
+
+// Usage writes stratabench's help: its commands, the global flags every
+// load workload takes, and examples.
+func Usage(w io.Writer) {
+	fmt.Fprint(w, `Usage:
+  stratabench [global flags] WORKLOAD [flags]   load an etcd v3 endpoint, as etcd's benchmark does
+  stratabench disk --dir DIR [flags]            measure a disk as etcd's fio profile does
+  stratabench disk compare --fio F --bench B    compare stratabench disk with fio
+  stratabench help [COMMAND]                    this help, or a command's flags and examples
+
+Load workloads (etcd benchmark's, with its flags and defaults):
+`)
+	for _, n := range WorkloadNames() {
+		fmt.Fprintf(w, "  %-16s %s\n", n, Workloads[n])
+	}
+	fmt.Fprintf(w, `
+Each prints a progress bar on stderr, then etcd benchmark's summary (or,
+with -w json, one JSON object) on stdout. Global flags may come before or
+after the workload. Exit status: 0 when a request succeeded, 1 when none
+did, 2 on bad flags.
+
+Global flags:
+`)
+	g := DefaultGlobal()
+	fs := flag.NewFlagSet("stratabench", flag.ContinueOnError)
+	addGlobalFlags(fs, &g)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fmt.Fprint(w, `
+Examples:
+  stratabench put --endpoints=127.0.0.1:2379 --clients=16 --conns=4 --total=10000 --val-size=256
+  stratabench --endpoints=127.0.0.1:2379 range foo --consistency=s --total=20000 -w json
+  stratabench disk --dir /var/lib/etcd-test --plot fsync.png
+
+Run 'stratabench COMMAND -h' for a command's flags and examples.
+`)
+}
+
 // PrintHelp writes the usage of a workload (or of stratabench when
-// workload is empty) and its flags.
+// workload is empty), its flags and examples.
 func PrintHelp(w io.Writer, workload string, fs *flag.FlagSet) {
 	if workload == "" {
-		fmt.Fprintln(w, "usage: stratabench [global flags] WORKLOAD [flags]")
-		fmt.Fprintln(w, "\nWorkloads:")
-		for _, n := range WorkloadNames() {
-			fmt.Fprintf(w, "  %-16s %s\n", n, Workloads[n])
-		}
-		fmt.Fprintf(w, "  %-16s %s\n", "disk", "fdatasync latency of a directory (stratabench disk -h)")
-		fmt.Fprintln(w, "\nGlobal flags:")
-	} else {
-		args := ""
-		if workload == "range" {
-			args = " KEY [END]"
-		}
-		fmt.Fprintf(w, "usage: stratabench %s [flags]%s\n\n%s\n\nFlags:\n", workload, args, Workloads[workload])
+		Usage(w)
+		return
 	}
+	args := ""
+	if workload == "range" {
+		args = " KEY [END]"
+	}
+	fmt.Fprintf(w, "Usage: stratabench [global flags] %s [flags]%s\n\n%s\n\nFlags (global and %s):\n", workload, args, Workloads[workload], workload)
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 	fs.SetOutput(io.Discard)
+	fmt.Fprintln(w, "\nExamples:")
+	for _, e := range Examples[workload] {
+		fmt.Fprintln(w, "  "+e)
+	}
 }
 
 // varintLen is the number of bytes binary.PutVarint writes for v.
@@ -330,8 +384,8 @@ func (o *Options) validate(pos []string) error {
 	if o.DialTimeout < 0 {
 		return bad("--dial-timeout must not be negative")
 	}
-	if o.WriteOut != "text" && o.WriteOut != "json" {
-		return bad("-w must be text or json, got %q", o.WriteOut)
+	if o.WriteOut != "simple" && o.WriteOut != "json" {
+		return bad("-w must be simple or json, got %q", o.WriteOut)
 	}
 	switch o.Workload {
 	case "range":

@@ -23,7 +23,7 @@ func TestBadFlagsExit2(t *testing.T) {
 		{[]string{"put", "--key-size", "1", "--key-space-size", "100"}, "--key-size 1 is too small"},
 		{[]string{"put", "--val-size=-1"}, "--val-size must not be negative"},
 		{[]string{"put", "extra"}, "unexpected arguments"},
-		{[]string{"put", "-w", "yaml"}, "-w must be text or json"},
+		{[]string{"put", "-w", "yaml"}, "-w must be simple or json"},
 		{[]string{"put", "--cert", "c.pem"}, "--cert and --key go together"},
 		{[]string{"put", "--endpoints", "ftp://x:1"}, "scheme must be http or https"},
 		{[]string{"put", "--endpoints", "nohost"}, "want host:port"},
@@ -78,7 +78,7 @@ func TestParseDefaultsAndOrder(t *testing.T) {
 	}
 	// etcd benchmark's defaults.
 	if o.Total != 10000 || o.KeySize != 8 || o.ValSize != 8 || o.KeySpaceSize != 1 || o.Conns != 1 || o.Clients != 1 ||
-		len(o.Endpoints) != 1 || o.Endpoints[0] != "127.0.0.1:2379" || o.WriteOut != "text" || o.CompactIndexDelta != 1000 {
+		len(o.Endpoints) != 1 || o.Endpoints[0] != "127.0.0.1:2379" || o.WriteOut != "simple" || o.CompactIndexDelta != 1000 {
 		t.Errorf("put defaults: %+v", o)
 	}
 

@@ -12,11 +12,14 @@ import (
 	"time"
 )
 
-// Percentiles are the latency percentiles every summary reports.
+// Percentiles are the latency percentiles a summary reports, those of
+// etcd's benchmark; see percentiles for which ones a sample can give.
 var Percentiles = []float64{10, 25, 50, 75, 90, 95, 99, 99.9}
 
-// histBuckets is the number of response-time histogram buckets.
-const histBuckets = 10
+// histBuckets is the number of response-time histogram buckets: etcd's
+// benchmark divides fastest..slowest into 10 equal steps and prints the 11
+// bounds.
+const histBuckets = 11
 
 // Recorder collects the outcome of the requests of one report (one phase of
 // a workload). Each worker goroutine takes its own Shard, so recording needs
@@ -112,13 +115,16 @@ type Summary struct {
 	Slowest   time.Duration
 	Average   time.Duration
 	Stddev    time.Duration
-	// Pcts holds the latency at each of Percentiles.
+	// Pcts holds the latency at each of Percentiles; 0 for those the
+	// sample is too small to give (see percentiles).
 	Pcts []time.Duration
 	// Hist is the response-time histogram.
 	Hist []Bucket
 	// Parts are the sub-reports of a workload with several phases
 	// (txn-mixed reads and writes, watch creation and events, ...).
 	Parts []*Summary
+
+	avg, std float64 // Average and Stddev in seconds, as printed
 }
 
 // Bucket is one histogram bar: Count latencies above the previous bucket's
@@ -126,6 +132,8 @@ type Summary struct {
 type Bucket struct {
 	Upper time.Duration
 	Count int
+
+	upper float64 // Upper in seconds, as printed
 }
 
 // Summarize computes a summary from raw latencies (reordered in place),
@@ -144,69 +152,75 @@ func Summarize(name string, lats []time.Duration, errs map[string]int, total tim
 	if len(lats) == 0 {
 		return s
 	}
-	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
-	s.Fastest, s.Slowest = lats[0], lats[len(lats)-1]
+	// In seconds as float64, summed in the order recorded, as etcd's
+	// benchmark computes them, so --precise prints the same digits.
 	var sum float64
 	for _, l := range lats {
-		sum += float64(l)
+		sum += l.Seconds()
 	}
-	mean := sum / float64(len(lats))
-	var sq float64
+	s.avg = sum / float64(len(lats))
 	for _, l := range lats {
-		d := float64(l) - mean
-		sq += d * d
+		d := l.Seconds() - s.avg
+		s.std += d * d
 	}
-	s.Average = time.Duration(math.Round(mean))
-	s.Stddev = time.Duration(math.Round(math.Sqrt(sq / float64(len(lats)))))
-	s.Pcts = make([]time.Duration, len(Percentiles))
-	for i, p := range Percentiles {
-		s.Pcts[i] = percentile(lats, p)
-	}
+	s.std = math.Sqrt(s.std / float64(len(lats)))
+	s.Average = secsToDuration(s.avg)
+	s.Stddev = secsToDuration(s.std)
+	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
+	s.Fastest, s.Slowest = lats[0], lats[len(lats)-1]
+	s.Pcts = percentiles(lats)
 	s.Hist = histogram(lats)
 	return s
 }
 
-// percentile is the nearest-rank percentile of sorted: the smallest value
-// with at least p percent of the values at or below it.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	n := len(sorted)
-	if n == 0 {
-		return 0
-	}
-	rank := int(math.Ceil(p / 100 * float64(n)))
-	if rank < 1 {
-		rank = 1
-	}
-	if rank > n {
-		rank = n
-	}
-	return sorted[rank-1]
-}
+func secsToDuration(v float64) time.Duration { return time.Duration(math.Round(v * 1e9)) }
 
-// histogram buckets sorted latencies between the fastest and the slowest on
-// a logarithmic scale, since latency tails are long: with linear buckets
-// nearly every request lands in the first one.
-func histogram(sorted []time.Duration) []Bucket {
-	lo, hi := sorted[0], sorted[len(sorted)-1]
-	if lo == hi {
-		return []Bucket{{Upper: hi, Count: len(sorted)}}
-	}
-	flo := float64(lo)
-	if flo < 1 {
-		flo = 1
-	}
-	ratio := float64(hi) / flo
-	b := make([]Bucket, histBuckets)
-	for i := range b {
-		b[i].Upper = time.Duration(math.Round(flo * math.Pow(ratio, float64(i+1)/histBuckets)))
-	}
-	b[histBuckets-1].Upper = hi
+// percentiles returns the latency at each of Percentiles in sorted, by
+// etcd's benchmark's rule (its report is what users compare against):
+// going up the sorted sample, each percentile p takes the first latency
+// after the previous percentile's whose 0-based rank i has
+// i*100/n >= p. A sample too small to reach a percentile leaves it, and
+// all above it, zero (not reported): 200 requests give no p99.9.
+func percentiles(sorted []time.Duration) []time.Duration {
+	pcts := make([]time.Duration, len(Percentiles))
+	n := len(sorted)
 	i := 0
-	for _, l := range sorted {
-		for l > b[i].Upper {
+	for k, p := range Percentiles {
+		for i < n && float64(i)*100/float64(n) < p {
 			i++
 		}
-		b[i].Count++
+		if i >= n {
+			break
+		}
+		pcts[k] = sorted[i]
+		i++
+	}
+	return pcts
+}
+
+// histogram buckets sorted latencies as etcd's benchmark does: bounds at
+// fastest + k/10 of the way to slowest for k = 0..9, then slowest; each
+// latency counts in the first bucket whose bound it does not exceed (so
+// the first bucket holds the latencies equal to the fastest). Bounds are
+// float64 seconds, computed as etcd computes them, so a latency on a
+// bound lands in the same bucket.
+func histogram(sorted []time.Duration) []Bucket {
+	lo, hi := sorted[0].Seconds(), sorted[len(sorted)-1].Seconds()
+	step := (hi - lo) / float64(histBuckets-1)
+	b := make([]Bucket, histBuckets)
+	for k := range b {
+		b[k].upper = lo + step*float64(k)
+	}
+	b[histBuckets-1].upper = hi
+	for k := range b {
+		b[k].Upper = secsToDuration(b[k].upper)
+	}
+	k := 0
+	for _, l := range sorted {
+		for l.Seconds() > b[k].upper {
+			k++
+		}
+		b[k].Count++
 	}
 	return b
 }
@@ -252,35 +266,38 @@ func partsCover(s *Summary) bool {
 	return false
 }
 
+// writeOne prints one summary in etcd's benchmark layout, line for line:
+// the Summary block, the response time histogram and the latency
+// distribution when any request succeeded, then the error distribution
+// when any failed.
 func (f Format) writeOne(w io.Writer, s *Summary) {
-	fmt.Fprintf(w, "\nSummary:\n")
-	fmt.Fprintf(w, "  Total:\t%s.\n", f.secs(s.Total))
 	if s.Requests > 0 {
+		fmt.Fprintf(w, "\nSummary:\n")
+		fmt.Fprintf(w, "  Total:\t%s.\n", f.secs(s.Total))
 		fmt.Fprintf(w, "  Slowest:\t%s.\n", f.secs(s.Slowest))
 		fmt.Fprintf(w, "  Fastest:\t%s.\n", f.secs(s.Fastest))
-		fmt.Fprintf(w, "  Average:\t%s.\n", f.secs(s.Average))
-		fmt.Fprintf(w, "  Stddev:\t%s.\n", f.secs(s.Stddev))
-	}
-	fmt.Fprintf(w, "  Requests/sec:\t%s\n", f.num(s.RPS))
-	fmt.Fprintf(w, "  Requests:\t%d ok, %d failed\n", s.Requests, s.Errors)
-	if s.Requests > 0 {
+		fmt.Fprintf(w, "  Average:\t%s.\n", f.num(s.avg)+" secs")
+		fmt.Fprintf(w, "  Stddev:\t%s.\n", f.num(s.std)+" secs")
+		fmt.Fprintf(w, "  Requests/sec:\t%s\n", f.num(s.RPS))
 		max := 0
 		for _, b := range s.Hist {
 			if b.Count > max {
 				max = b.Count
 			}
 		}
-		fmt.Fprintf(w, "\nResponse time histogram (upper bound [count]):\n")
+		fmt.Fprintf(w, "\nResponse time histogram:\n")
 		for _, b := range s.Hist {
 			bar := 0
 			if max > 0 {
 				bar = b.Count * 40 / max
 			}
-			fmt.Fprintf(w, "  %s [%d]\t|%s\n", f.num(b.Upper.Seconds()), b.Count, strings.Repeat("∎", bar))
+			fmt.Fprintf(w, "  %s [%d]\t|%s\n", f.num(b.upper), b.Count, strings.Repeat("∎", bar))
 		}
 		fmt.Fprintf(w, "\nLatency distribution:\n")
 		for i, p := range Percentiles {
-			fmt.Fprintf(w, "  %v%% in %s.\n", p, f.secs(s.Pcts[i]))
+			if s.Pcts[i] > 0 {
+				fmt.Fprintf(w, "  %v%% in %s.\n", p, f.secs(s.Pcts[i]))
+			}
 		}
 	}
 	if len(s.ErrorDist) > 0 {
@@ -313,7 +330,7 @@ type JSONSummary struct {
 	Slowest     float64            `json:"slowest_sec"`
 	Average     float64            `json:"average_sec"`
 	Stddev      float64            `json:"stddev_sec"`
-	Percentiles map[string]float64 `json:"percentiles_sec"`
+	Percentiles map[string]float64 `json:"percentiles_sec"` // only those reported
 	Histogram   []JSONBucket       `json:"histogram"`
 	Parts       []*JSONSummary     `json:"parts,omitempty"`
 }
@@ -337,11 +354,9 @@ func (s *Summary) JSON() *JSONSummary {
 		Percentiles: map[string]float64{}, Histogram: []JSONBucket{},
 	}
 	for i, p := range Percentiles {
-		v := 0.0
-		if i < len(s.Pcts) {
-			v = s.Pcts[i].Seconds()
+		if i < len(s.Pcts) && s.Pcts[i] > 0 { // not reported: too few requests
+			j.Percentiles[PercentileKey(p)] = s.Pcts[i].Seconds()
 		}
-		j.Percentiles[PercentileKey(p)] = v
 	}
 	for _, b := range s.Hist {
 		j.Histogram = append(j.Histogram, JSONBucket{Upper: b.Upper.Seconds(), Count: b.Count})

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,22 +20,60 @@ func ms(v ...float64) []time.Duration {
 	return d
 }
 
-func TestPercentileNearestRank(t *testing.T) {
-	// 1..100 ms: the p-th percentile is p ms (nearest rank).
+// TestTextMatchesEtcdBenchmark compares the text summary with the output
+// of etcd's benchmark (its report package, go.etcd.io/etcd/pkg/v3 v3.6.8,
+// fed the same latencies) kept in testdata, with its wall-clock Total and
+// Requests/sec lines replaced by those of a 1 s run.
+func TestTextMatchesEtcdBenchmark(t *testing.T) {
+	for _, c := range []struct {
+		golden  string
+		lats    []time.Duration
+		precise bool
+	}{
+		{"etcd-benchmark-20.txt", ns(602948, 810753, 1413473, 824533, 2601505, 1463902, 4103355, 1339203, 1498424, 2567330,
+			940070, 2764932, 638224, 428291, 688109, 3240976, 1494926, 1219757, 781139, 3457755), false},
+		// Four requests, two equal: each percentile takes a later sample
+		// than the one before, and p75 and above are not reported.
+		{"etcd-benchmark-4-precise.txt", ns(1500000, 250000, 4000000, 250000), true},
+	} {
+		want, err := os.ReadFile(filepath.Join("testdata", c.golden))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		Format{Precise: c.precise}.WriteText(&buf, Summarize("put", c.lats, nil, time.Second))
+		if buf.String() != string(want) {
+			t.Errorf("%s: got\n%s\nwant\n%s", c.golden, buf.String(), want)
+		}
+	}
+}
+
+func ns(v ...int64) []time.Duration {
+	d := make([]time.Duration, len(v))
+	for i, x := range v {
+		d[i] = time.Duration(x)
+	}
+	return d
+}
+
+func TestPercentilesAsEtcd(t *testing.T) {
+	// 1..100 ms: etcd's rule takes the sample at 0-based rank p*n/100,
+	// one above the nearest rank; p99.9 needs more than 100 samples.
 	var lats []time.Duration
 	for i := 100; i >= 1; i-- {
 		lats = append(lats, time.Duration(i)*time.Millisecond)
 	}
 	s := Summarize("x", lats, nil, time.Second)
-	want := map[float64]time.Duration{10: 10, 25: 25, 50: 50, 75: 75, 90: 90, 95: 95, 99: 99, 99.9: 100}
+	want := map[float64]time.Duration{10: 11, 25: 26, 50: 51, 75: 76, 90: 91, 95: 96, 99: 100, 99.9: 0}
 	for i, p := range Percentiles {
 		if got := s.Pcts[i]; got != want[p]*time.Millisecond {
 			t.Errorf("p%v = %v, want %v", p, got, want[p]*time.Millisecond)
 		}
 	}
-	// Small samples: every percentile is a sample, p99.9 the largest.
+	// Three samples: rank 0 is the 0th percentile, so p10 takes rank 1
+	// and p25 rank 2; the rest are not reported.
 	s = Summarize("x", ms(3, 1, 2), nil, time.Second)
-	if s.Pcts[0] != ms(1)[0] || s.Pcts[2] != ms(2)[0] || s.Pcts[len(s.Pcts)-1] != ms(3)[0] {
+	if s.Pcts[0] != ms(2)[0] || s.Pcts[1] != ms(3)[0] || s.Pcts[2] != 0 || s.Pcts[7] != 0 {
 		t.Errorf("3 samples: percentiles %v", s.Pcts)
 	}
 }
@@ -74,33 +114,15 @@ func TestHistogram(t *testing.T) {
 	if len(s.Hist) != histBuckets {
 		t.Fatalf("%d buckets", len(s.Hist))
 	}
-	total := 0
-	prev := time.Duration(0)
-	for i, b := range s.Hist {
-		total += b.Count
-		if b.Upper <= prev {
-			t.Errorf("bucket %d bound %v not above %v", i, b.Upper, prev)
+	// Linear, as etcd's: fastest, then tenths of the way to the slowest.
+	for k, want := range []int{1, 99, 100, 100, 100, 100, 100, 100, 100, 100, 100} {
+		if b := s.Hist[k]; b.Count != want || b.Upper != time.Microsecond+time.Duration(k)*999*time.Microsecond/10 {
+			t.Errorf("bucket %d: %+v, want %d up to %v", k, b, want, time.Microsecond+time.Duration(k)*999*time.Microsecond/10)
 		}
-		prev = b.Upper
 	}
-	if total != len(lats) {
-		t.Errorf("histogram holds %d of %d", total, len(lats))
-	}
-	if last := s.Hist[histBuckets-1].Upper; last != s.Slowest {
-		t.Errorf("last bound %v, want slowest %v", last, s.Slowest)
-	}
-	// Logarithmic: bounds grow by a constant factor, 1000^(1/10) here.
-	r := float64(s.Hist[5].Upper) / float64(s.Hist[4].Upper)
-	if math.Abs(r-math.Pow(1000, 0.1)) > 0.01 {
-		t.Errorf("bucket ratio %v", r)
-	}
-	// The first bucket includes the fastest.
-	if s.Hist[0].Count < 1 {
-		t.Errorf("first bucket empty")
-	}
-	// All equal: one bucket.
+	// All equal: every latency in the first of 11 equal bounds.
 	s = Summarize("x", ms(2, 2, 2), nil, time.Second)
-	if len(s.Hist) != 1 || s.Hist[0].Count != 3 {
+	if len(s.Hist) != histBuckets || s.Hist[0].Count != 3 || s.Hist[10].Upper != 2*time.Millisecond {
 		t.Errorf("equal latencies: %+v", s.Hist)
 	}
 }
@@ -130,8 +152,8 @@ func TestTextAndJSON(t *testing.T) {
 	out := buf.String()
 	for _, want := range []string{
 		"Summary:", "Total:\t1.0000 secs.", "Slowest:\t0.0100 secs.", "Fastest:\t0.0010 secs.",
-		"Average:\t0.0055 secs.", "Requests/sec:\t10.0000", "Response time histogram",
-		"Latency distribution:", "50% in 0.0050 secs.", "99.9% in 0.0100 secs.",
+		"Average:\t0.0055 secs.", "Requests/sec:\t10.0000", "\nResponse time histogram:\n",
+		"Latency distribution:", "50% in 0.0060 secs.", "90% in 0.0100 secs.",
 		"Error distribution:", "[1]\tx",
 	} {
 		if !strings.Contains(out, want) {
@@ -153,7 +175,7 @@ func TestTextAndJSON(t *testing.T) {
 		t.Errorf("json %v", j)
 	}
 	p := j["percentiles_sec"].(map[string]any)
-	if p["p50"].(float64) != 0.005 || p["p99.9"].(float64) != 0.01 {
+	if _, ok := p["p95"]; p["p50"].(float64) != 0.006 || p["p90"].(float64) != 0.01 || ok {
 		t.Errorf("percentiles %v", p)
 	}
 

@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/strata-db/strata/tools/progress"
+	"github.com/strata-db/strata/progress"
 )
 
 // Exit statuses of Main.
@@ -63,7 +63,7 @@ func Main(workload string, args []string, stdin io.Reader, stdout, stderr io.Wri
 			return ExitFail
 		}
 	} else {
-		f.WriteText(stdout, s)
+		writeTextFraming(stdout, o, func() { f.WriteText(stdout, s) })
 	}
 	if s.Requests == 0 {
 		fmt.Fprintf(stderr, "stratabench %s: no request succeeded\n", o.Workload)
@@ -72,13 +72,34 @@ func Main(workload string, args []string, stdin io.Reader, stdout, stderr io.Wri
 	return ExitOK
 }
 
+// writeTextFraming prints the lines etcd's benchmark prints around the
+// summary of a single-report workload, so its whole output reads the
+// same: range names its consistency first; put and txn-put end with a
+// blank line.
+func writeTextFraming(w io.Writer, o *Options, summary func()) {
+	switch o.Workload {
+	case "range":
+		kind := "linearizable"
+		if o.Consistency == "s" {
+			kind = "serializable"
+		}
+		fmt.Fprintf(w, "bench with %s range\n", kind)
+	}
+	summary()
+	switch o.Workload {
+	case "put", "txn-put":
+		fmt.Fprintln(w)
+	}
+}
+
 func usageExit(err error, workload string, stderr io.Writer) int {
 	if errors.Is(err, ErrHelp) {
 		return ExitOK
 	}
 	fmt.Fprintln(stderr, err)
 	if _, ok := Workloads[workload]; !ok {
-		workload = "WORKLOAD"
+		fmt.Fprintln(stderr, "Run 'stratabench -h' for the commands.")
+		return ExitUsage
 	}
 	fmt.Fprintf(stderr, "Run 'stratabench %s -h' for the flags.\n", workload)
 	return ExitUsage

@@ -16,24 +16,71 @@ import (
 
 	"github.com/strata-db/strata/bench/disk"
 	"github.com/strata-db/strata/bench/disk/diskplot"
-	"github.com/strata-db/strata/tools/progress"
+	"github.com/strata-db/strata/diskprobe"
+	"github.com/strata-db/strata/progress"
 )
 
-const diskUsage = `usage: stratabench disk --dir DIR [flags]
-       stratabench disk compare --fio FIO.json... --bench BENCH.json... [--tolerance 25]
+const diskUsage = `Usage: stratabench disk --dir DIR [flags]
 
 Measures what etcd's fio profile (fio-profiles/etcd-wal.fio) measures:
 sequential 2300-byte writes to one file in DIR, each followed by fdatasync.
 Reports fdatasync latency percentiles, sequential sync IOPS and a verdict
 against etcd's guidance (p99 fdatasync under 10 ms; at least 50 IOPS,
-preferably 500).
+preferably 500). A progress bar goes to stderr, the report to stdout.
+
+Use a directory on the disk to qualify, not tmpfs (where fdatasync does
+nothing). 'stratabench disk compare' sets the figures beside fio's.
 
 Flags:
 `
 
-// diskMain runs `stratabench disk`.
-func diskMain(args []string) int {
-	return runDisk(args, os.Stdout, os.Stderr)
+const diskExamples = `
+Examples:
+  stratabench disk --dir /var/lib/etcd-test
+  stratabench disk --dir /var/lib/etcd-test --duration 3s --plot fsync.png
+  stratabench disk --dir /var/lib/etcd-test -w json > bench.json
+`
+
+const diskCompareUsage = `Usage: stratabench disk compare --fio FIO.json... --bench BENCH.json... [flags]
+
+Sets the results of fio running fio-profiles/etcd-wal.fio
+(--output-format=json) beside those of 'stratabench disk -w json' on the
+same directory, and fails (exit 1) when their sequential sync IOPS differ
+by more than --tolerance percent of fio's. Several runs of each are pooled:
+all writes over all the time. 'make disk-check DIR=...' runs both tools
+and this comparison.
+
+Flags:
+`
+
+const diskCompareExamples = `
+Examples:
+  fio --directory=/var/lib/etcd-test --output-format=json fio-profiles/etcd-wal.fio > fio.json
+  stratabench disk --dir /var/lib/etcd-test -w json > bench.json
+  stratabench disk compare --fio fio.json --bench bench.json
+  stratabench disk compare --fio f1.json --fio f2.json --bench b1.json --bench b2.json --tolerance 40 -w json
+`
+
+// parseFlags parses a command line: on -h it prints usage, the flags and
+// examples to stdout (exit status 0); on a bad flag the flag package has
+// printed the error to stderr, and it adds where the help is (exit 2).
+// ok is false when the caller should return code.
+func parseFlags(fs *flag.FlagSet, args []string, usage, examples string, stdout, stderr io.Writer) (code int, ok bool) {
+	fs.SetOutput(stderr)
+	fs.Usage = func() {} // printed below, to the right stream
+	err := fs.Parse(args)
+	if err == nil {
+		return 0, true
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, usage)
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		fmt.Fprint(stdout, examples)
+		return 0, false
+	}
+	fmt.Fprintf(stderr, "Run '%s -h' for usage.\n", fs.Name())
+	return 2, false
 }
 
 func runDisk(args []string, stdout, stderr io.Writer) int {
@@ -41,7 +88,6 @@ func runDisk(args []string, stdout, stderr io.Writer) int {
 		return runDiskCompare(args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("stratabench disk", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var (
 		dir      = fs.String("dir", "", "directory on the device to test (required; must exist)")
 		plotFile = fs.String("plot", "", "write a fdatasync latency histogram to `FILE` (.png, .svg or .html)")
@@ -53,18 +99,12 @@ func runDisk(args []string, stdout, stderr io.Writer) int {
 		format   = fs.String("write-out", "simple", "output format: simple or json")
 	)
 	fs.StringVar(format, "w", "simple", "short for --write-out")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, diskUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args, diskUsage, diskExamples, stdout, stderr); !ok {
+		return code
 	}
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "stratabench disk: "+format+"\n", a...)
+		fmt.Fprintln(stderr, "Run 'stratabench disk -h' for usage.")
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -95,12 +135,18 @@ func runDisk(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	planned := fileSize / blockSize
-	if *count > 0 {
-		planned = min(planned, int64(*count))
+	if st, err := os.Stat(*dir); err != nil || !st.IsDir() {
+		why := "not a directory"
+		if err != nil {
+			why = errors.Unwrap(err).Error()
+		}
+		fmt.Fprintf(stderr, "stratabench disk: --dir %s: %s (give a directory on the disk to test; create it first)\n", *dir, why)
+		return 1
 	}
-	bar := progress.NewTo(stderr, "fdatasync", planned, "writes")
-	res, err := disk.Run(ctx, disk.Options{
+	// The bar is drawn once writes have started, never for a run that
+	// cannot start.
+	var bar *progress.Bar
+	res, err := diskprobe.Run(ctx, diskprobe.Options{
 		Dir: *dir, BlockSize: int(blockSize), Size: fileSize, Count: *count, Duration: *duration, Keep: *keep,
 		Progress: func(done, planned int, elapsed time.Duration) {
 			total := int64(planned)
@@ -108,16 +154,23 @@ func runDisk(args []string, stdout, stderr io.Writer) int {
 				// The run ends at the deadline: estimate where.
 				total = min(total, max(int64(done)+1, int64(float64(done)*float64(*duration)/float64(elapsed))))
 			}
+			if bar == nil {
+				bar = progress.NewTo(stderr, "fdatasync", total, "writes")
+			}
 			bar.SetTotal(total)
 			bar.Set(int64(done))
 		},
 	})
 	if err != nil {
-		fmt.Fprintln(stderr)
+		if bar != nil {
+			fmt.Fprintln(stderr)
+		}
 		fmt.Fprintf(stderr, "stratabench disk: %v\n", err)
 		return 1
 	}
-	bar.Finish()
+	if bar != nil {
+		bar.Finish()
+	}
 	if *plotFile != "" {
 		if err := diskplot.Write(res, *plotFile); err != nil {
 			fmt.Fprintf(stderr, "stratabench disk: %v\n", err)
@@ -172,20 +225,18 @@ func parseSize(s string) (int64, error) {
 // tolerance.
 func runDiskCompare(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("stratabench disk compare", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var fioFiles, benchFiles fileList
 	fs.Var(&fioFiles, "fio", "fio --output-format=json output of fio-profiles/etcd-wal.fio (repeat for several runs)")
 	fs.Var(&benchFiles, "bench", "stratabench disk -w json output (repeat for several runs)")
 	tol := fs.Float64("tolerance", 25, "largest accepted IOPS difference, in percent of fio's")
-	format := fs.String("w", "simple", "output format: simple or json")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	format := fs.String("write-out", "simple", "output format: simple or json")
+	fs.StringVar(format, "w", "simple", "short for --write-out")
+	if code, ok := parseFlags(fs, args, diskCompareUsage, diskCompareExamples, stdout, stderr); !ok {
+		return code
 	}
 	if len(fioFiles) == 0 || len(benchFiles) == 0 || fs.NArg() > 0 || *tol < 0 || (*format != "simple" && *format != "json") {
 		fmt.Fprintln(stderr, "usage: stratabench disk compare --fio FIO.json... --bench BENCH.json... [--tolerance PERCENT] [-w simple|json]")
+		fmt.Fprintln(stderr, "Run 'stratabench disk compare -h' for usage.")
 		return 2
 	}
 	fail := func(err error) int {
@@ -204,13 +255,13 @@ func runDiskCompare(args []string, stdout, stderr io.Writer) int {
 		}
 		fio = append(fio, fr)
 	}
-	var bench []*disk.Result
+	var bench []*diskprobe.Result
 	for _, name := range benchFiles {
 		data, err := os.ReadFile(name)
 		if err != nil {
 			return fail(err)
 		}
-		br := new(disk.Result)
+		br := new(diskprobe.Result)
 		if err := json.Unmarshal(data, br); err != nil || br.Writes == 0 {
 			return fail(fmt.Errorf("%s: not the output of stratabench disk -w json", name))
 		}

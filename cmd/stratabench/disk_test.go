@@ -60,8 +60,11 @@ func TestDiskCommand(t *testing.T) {
 			t.Errorf("%v: rc %d, want 2", args, rc)
 		}
 	}
-	if rc := runDisk([]string{"--dir", filepath.Join(dir, "missing"), "--count", "1"}, &out, &errb); rc != 1 {
-		t.Errorf("missing dir: rc %d, want 1", rc)
+	// A missing directory is an error before anything is drawn.
+	errb.Reset()
+	if rc := runDisk([]string{"--dir", filepath.Join(dir, "missing"), "--count", "1"}, &out, &errb); rc != 1 ||
+		!strings.HasPrefix(errb.String(), "stratabench disk: --dir ") || strings.Contains(errb.String(), "%") {
+		t.Errorf("missing dir: rc %d, want 1 and the error alone: %q", rc, errb.String())
 	}
 }
 

@@ -1,21 +1,40 @@
 // Command stratabench is Strata's load generator and disk qualifier.
 //
-//	stratabench put|range|txn-put|txn-mixed|watch|watch-latency|lease-keepalive [flags]
+//	stratabench [global flags] put|range|txn-put|txn-mixed|watch|watch-latency|lease-keepalive [flags]
 //	stratabench disk --dir DIR [--plot FILE]
+//	stratabench disk compare --fio FIO.json... --bench BENCH.json...
+//	stratabench help [COMMAND]
+//
+// Help asked for (-h, --help, help) goes to stdout with exit status 0;
+// bad usage goes to stderr with exit status 2.
 package main
 
 import (
-	"fmt"
+	"io"
 	"os"
+
+	"github.com/strata-db/strata/bench/load"
 )
 
 func main() {
-	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
-		fmt.Fprintln(os.Stderr, "usage: stratabench <put|range|txn-put|txn-mixed|watch|watch-latency|lease-keepalive|disk> [flags]")
-		os.Exit(2)
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		load.Usage(stderr)
+		return 2
 	}
-	if os.Args[1] == "disk" {
-		os.Exit(diskMain(os.Args[2:]))
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		if args[0] == "help" && len(args) > 1 {
+			// help COMMAND [SUBCOMMAND] is COMMAND [SUBCOMMAND] -h.
+			return run(append(append([]string(nil), args[1:]...), "-h"), stdin, stdout, stderr)
+		}
+		load.Usage(stdout)
+		return 0
+	case "disk":
+		return runDisk(args[1:], stdout, stderr)
 	}
-	os.Exit(loadMain(os.Args[1], os.Args[2:]))
+	return load.Main(args[0], args[1:], stdin, stdout, stderr)
 }

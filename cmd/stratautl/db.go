@@ -31,7 +31,7 @@ change under the check.
 `
 
 func init() {
-	register(command{name: "db check", summary: "verify a page store (checksums, trees, free list, bytes in use); non-zero exit on corruption", run: dbCheck})
+	register(command{name: "db check", example: "stratautl db check --data-dir default.strata", summary: "verify a page store (checksums, trees, free list, bytes in use); non-zero exit on corruption", run: dbCheck})
 }
 
 func dbCheck(args []string, stdout, stderr io.Writer) error {

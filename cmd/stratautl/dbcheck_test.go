@@ -268,8 +268,9 @@ func TestDBCheck(t *testing.T) {
 			t.Fatalf("db check %v: exit %d, want 2", args, code)
 		}
 	}
-	if _, stderr, code := runCLI(t, "db", "check", "-h"); code != 0 || !strings.Contains(stderr, "Examples:") || !strings.Contains(stderr, "-data-dir") {
-		t.Fatalf("db check -h: exit %d\n%s", code, stderr)
+	// Help asked for goes to stdout, with exit 0.
+	if stdout, _, code := runCLI(t, "db", "check", "-h"); code != 0 || !strings.Contains(stdout, "Examples:") || !strings.Contains(stdout, "-data-dir") {
+		t.Fatalf("db check -h: exit %d\n%s", code, stdout)
 	}
 	if _, stderr, code := runCLI(t, "db", "check", filepath.Join(dir, "nope")); code != 1 || !strings.Contains(stderr, "no such file") {
 		t.Fatalf("db check of a missing file: exit %d %s", code, stderr)

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/strata-db/strata/pagestore"
-	"github.com/strata-db/strata/tools/progress"
+	"github.com/strata-db/strata/progress"
 	"github.com/strata-db/strata/vfs"
 )
 
@@ -25,7 +25,9 @@ take that lock.
 
 The new file is written to DIR/member/snap/db.defrag.tmp, synced, and
 renamed over db; the directory is then synced. If defrag is interrupted,
-db is untouched and the .tmp file can be deleted.
+db is untouched and the .tmp file can be deleted. Defrag never makes db
+bigger: when the compacted copy is not smaller (nothing to reclaim), it
+is deleted, db is kept unchanged, and defrag says so.
 
 Examples:
   stratautl defrag --data-dir /var/lib/strata/default.strata
@@ -75,8 +77,12 @@ func defrag(dataDir string, showProgress bool, stdout, stderr io.Writer) error {
 	var bar *progress.Bar
 	var report func(done, total int64)
 	if showProgress {
-		bar = progress.NewTo(stderr, "defrag", 0, "B")
 		report = func(done, total int64) {
+			// Compact reports first once it holds the db's lock: a
+			// running server's db gets its error, never a bar.
+			if bar == nil {
+				bar = progress.NewTo(stderr, "defrag", total, "B")
+			}
 			bar.SetTotal(total)
 			bar.Set(done)
 		}
@@ -91,6 +97,25 @@ func defrag(dataDir string, showProgress bool, stdout, stderr io.Writer) error {
 	}
 	if bar != nil {
 		bar.Finish()
+	}
+	// Defrag never makes a file bigger: a copy that is not smaller (the
+	// db had nothing to reclaim) is dropped and the db left as it was.
+	ti, err := os.Stat(tmp)
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if ti.Size() >= before {
+		if err := os.Remove(tmp); err != nil {
+			return err
+		}
+		st, err := dbStats(db)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "nothing to reclaim in %s: it is %s (%s in use), a compacted copy would be %s; kept it unchanged\n",
+			db, progress.Bytes(before), progress.Bytes(st.InUseBytes), progress.Bytes(ti.Size()))
+		return nil
 	}
 	if err := os.Rename(tmp, db); err != nil {
 		return err
@@ -119,5 +144,5 @@ func dbStats(path string) (pagestore.Stats, error) {
 }
 
 func init() {
-	register(command{name: "defrag", summary: "rewrite the page store into a compact file (server stopped)", run: intCommand(runDefrag)})
+	register(command{name: "defrag", example: "stratautl defrag --data-dir default.strata", summary: "rewrite the page store into a compact file (server stopped)", run: intCommand(runDefrag)})
 }

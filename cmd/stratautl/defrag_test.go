@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -44,10 +45,16 @@ func TestDefragCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Refuses while the store is open.
+	// Refuses while the store is open, and says so without drawing a
+	// progress bar first.
 	var out, errOut bytes.Buffer
 	if code := run([]string{"defrag", "--data-dir", dir, "--no-progress"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "in use") {
 		t.Fatalf("defrag of an open store: exit %d, stderr %q", code, errOut.String())
+	}
+	errOut.Reset()
+	if code := run([]string{"defrag", "--data-dir", dir}, &out, &errOut); code != 1 ||
+		!strings.HasPrefix(errOut.String(), "stratautl defrag: ") || strings.Contains(errOut.String(), "%") {
+		t.Fatalf("defrag of an open store with progress: exit %d, stderr %q (want the error alone)", code, errOut.String())
 	}
 	db.Close()
 	before, _ := os.Stat(path)
@@ -85,7 +92,93 @@ func TestDefragCommand(t *testing.T) {
 	if _, err := os.Stat(path + ".defrag.tmp"); !errors.Is(err, os.ErrNotExist) {
 		t.Fatal("temporary file left behind")
 	}
-	if code := run([]string{"defrag", "-h"}, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), "Examples") {
-		t.Fatalf("-h: %d %q", code, errOut.String())
+	out.Reset()
+	if code := run([]string{"defrag", "-h"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "Examples") {
+		t.Fatalf("-h: %d %q", code, out.String())
+	}
+}
+
+// writeMVCCLike fills a page store at path the way the server's backend
+// does: revision-ordered 17-byte keys with 300-byte values, 50 a commit,
+// and the consistent index in meta at every commit. Its pages are full;
+// a compacted copy of it is bigger than it.
+func writeMVCCLike(t *testing.T, path string, n int) {
+	t.Helper()
+	db, err := pagestore.Open(path, &pagestore.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for s := 0; s < n; s += 50 {
+		err := db.Update(func(tx *pagestore.Tx) error {
+			b, err := tx.CreateBucketIfNotExists([]byte("key"))
+			if err != nil {
+				return err
+			}
+			m, err := tx.CreateBucketIfNotExists([]byte("meta"))
+			if err != nil {
+				return err
+			}
+			for i := s; i < min(n, s+50); i++ {
+				k := make([]byte, 17)
+				binary.BigEndian.PutUint64(k, uint64(i+2))
+				k[8] = '_'
+				if err := b.Put(k, make([]byte, 300)); err != nil {
+					return err
+				}
+			}
+			return m.Put([]byte("consistent_index"), binary.BigEndian.AppendUint64(nil, uint64(s)))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestDefragNeverGrows: a db with nothing to reclaim (written as the
+// server writes, its compacted copy would be bigger; or compacted once
+// already, its copy would be the same size) is left byte for byte as it
+// was, and defrag says why.
+func TestDefragNeverGrows(t *testing.T) {
+	dir := t.TempDir()
+	snap := filepath.Join(dir, "member", "snap")
+	os.MkdirAll(snap, 0o755)
+	path := filepath.Join(snap, "db")
+	writeMVCCLike(t, path, 20000)
+	for round := 0; round < 2; round++ {
+		before, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if round == 1 {
+			// Round 1: a db that is a compacted copy already.
+			os.Remove(path + ".c")
+			if err := pagestore.Compact(path+".c", path, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(path+".c", path); err != nil {
+				t.Fatal(err)
+			}
+			if before, err = os.ReadFile(path); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var out, errOut bytes.Buffer
+		if code := run([]string{"defrag", "--data-dir", dir}, &out, &errOut); code != 0 {
+			t.Fatalf("round %d: exit %d: %s", round, code, errOut.String())
+		}
+		after, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(after) > len(before) {
+			t.Fatalf("round %d: defrag grew %s from %d to %d bytes", round, path, len(before), len(after))
+		}
+		if !bytes.Equal(after, before) || !strings.Contains(out.String(), "nothing to reclaim") || !strings.Contains(out.String(), "kept it unchanged") {
+			t.Fatalf("round %d: db changed (%d -> %d bytes) or not said: %q", round, len(before), len(after), out.String())
+		}
+		if _, err := os.Stat(path + ".defrag.tmp"); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("round %d: temporary file left behind", round)
+		}
 	}
 }

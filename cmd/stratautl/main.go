@@ -15,6 +15,9 @@ import (
 type command struct {
 	name    string
 	summary string
+	// example is one typical command line, shown in the command lists
+	// (stratautl -h, stratautl wal -h); the command's own -h has more.
+	example string
 	run     func(args []string, stdout, stderr io.Writer) error
 }
 
@@ -53,20 +56,80 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-22s %s\n", n, commands[n].summary)
 	}
+	printExamples(w, names)
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'stratautl COMMAND -h' for a command's flags and examples.")
+	fmt.Fprintln(w, "Run 'stratautl COMMAND -h' (or 'stratautl help COMMAND') for a command's flags and examples.")
+}
+
+// printExamples prints the example lines of the named commands.
+func printExamples(w io.Writer, names []string) {
+	fmt.Fprintln(w, "\nExamples:")
+	for _, n := range names {
+		if e := commands[n].example; e != "" {
+			fmt.Fprintln(w, "  "+e)
+		}
+	}
 }
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stdout)
-		if len(args) == 0 {
-			return 2
+// isHelp reports whether a is a request for help.
+func isHelp(a string) bool { return a == "-h" || a == "-help" || a == "--help" }
+
+// helpAsked reports whether args ask for help before any "--".
+func helpAsked(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
 		}
+		if isHelp(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// groupUsage lists the commands of a group ("wal", "snapshot").
+func groupUsage(w io.Writer, group string) {
+	fmt.Fprintf(w, "Usage: stratautl %s COMMAND [flags]\n\nCommands:\n", group)
+	var names []string
+	for n := range commands {
+		if strings.HasPrefix(n, group+" ") {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-22s %s\n", n, commands[n].summary)
+	}
+	printExamples(w, names)
+	fmt.Fprintf(w, "\nRun 'stratautl %s COMMAND -h' for a command's flags and examples.\n", group)
+}
+
+// isGroup reports whether name is the first word of two-word commands.
+func isGroup(name string) bool {
+	for n := range commands {
+		if strings.HasPrefix(n, name+" ") {
+			return true
+		}
+	}
+	return false
+}
+
+// run runs a command line. Help asked for (-h, --help, help [COMMAND])
+// goes to stdout with exit status 0; bad usage to stderr with status 2.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	if isHelp(args[0]) || args[0] == "help" {
+		if args[0] == "help" && len(args) > 1 {
+			return run(append(append([]string(nil), args[1:]...), "-h"), stdout, stderr)
+		}
+		usage(stdout)
 		return 0
 	}
 	// Commands may be two words ("wal dump").
@@ -79,9 +142,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	c, ok := commands[name]
 	if !ok {
+		if isGroup(name) && (len(rest) == 0 || isHelp(rest[0])) {
+			if len(rest) == 0 {
+				groupUsage(stderr, name)
+				return 2
+			}
+			groupUsage(stdout, name)
+			return 0
+		}
 		fmt.Fprintf(stderr, "stratautl: unknown command %q\n\n", strings.Join(args[:min(2, len(args))], " "))
 		usage(stderr)
 		return 2
+	}
+	// A command prints its help where it prints usage errors; when help
+	// was asked for, that is stdout.
+	if helpAsked(rest) {
+		stderr = stdout
 	}
 	if err := c.run(rest, stdout, stderr); err != nil {
 		var ec exitCode

@@ -6,13 +6,13 @@ import (
 	"io"
 	"strings"
 
+	"github.com/strata-db/strata/progress"
 	"github.com/strata-db/strata/tools"
-	"github.com/strata-db/strata/tools/progress"
 )
 
 func init() {
-	register(command{name: "snapshot restore", summary: "make a new data dir from a snapshot (Strata or etcd snapshot.db), like etcdutl snapshot restore", run: snapshotRestore})
-	register(command{name: "snapshot export-etcd", summary: "write a stopped member's data as an etcd snapshot.db (server stopped)", run: snapshotExportEtcd})
+	register(command{name: "snapshot restore", example: "stratautl snapshot restore snap.db --data-dir m1.strata --name m1", summary: "make a new data dir from a snapshot (Strata or etcd snapshot.db), like etcdutl snapshot restore", run: snapshotRestore})
+	register(command{name: "snapshot export-etcd", example: "stratautl snapshot export-etcd --data-dir default.strata --out snapshot.db", summary: "write a stopped member's data as an etcd snapshot.db (server stopped)", run: snapshotExportEtcd})
 }
 
 func snapshotRestore(args []string, stdout, stderr io.Writer) error {

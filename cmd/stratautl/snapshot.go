@@ -6,12 +6,12 @@ import (
 	"io"
 	"text/tabwriter"
 
+	"github.com/strata-db/strata/progress"
 	"github.com/strata-db/strata/tools"
-	"github.com/strata-db/strata/tools/progress"
 )
 
 func init() {
-	register(command{name: "snapshot status", summary: "show hash, revision, key count and size of a snapshot (Strata or etcd snapshot.db)", run: snapshotStatus})
+	register(command{name: "snapshot status", example: "stratautl snapshot status snap.db", summary: "show hash, revision, key count and size of a snapshot (Strata or etcd snapshot.db)", run: snapshotStatus})
 }
 
 func snapshotStatus(args []string, stdout, stderr io.Writer) error {

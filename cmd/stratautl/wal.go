@@ -5,14 +5,14 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/strata-db/strata/progress"
 	"github.com/strata-db/strata/tools"
-	"github.com/strata-db/strata/tools/progress"
 	"github.com/strata-db/strata/wal"
 )
 
 func init() {
-	register(command{name: "wal dump", summary: "list WAL records with decoded requests", run: walDump})
-	register(command{name: "wal verify", summary: "check every WAL record (and, with --data-dir, that it covers the page store); non-zero exit on a problem", run: walVerify})
+	register(command{name: "wal dump", example: "stratautl wal dump --dir default.strata", summary: "list WAL records with decoded requests", run: walDump})
+	register(command{name: "wal verify", example: "stratautl wal verify --data-dir default.strata", summary: "check every WAL record (and, with --data-dir, that it covers the page store); non-zero exit on a problem", run: walVerify})
 }
 
 func walDump(args []string, stdout, stderr io.Writer) error {

@@ -103,9 +103,15 @@ func newJSONHandler(w io.Writer, level slog.Level) slog.Handler {
 }
 
 // etcdAttrs renames slog's built-in keys to zap's as etcd configures them
-// ("ts", lower-case "level"), so log shippers and scripts that parse
+// ("ts", lower-case "level") and writes every time.Duration, at any depth
+// of groups, as zap's string duration encoder does ("took":"74.991µs",
+// not slog's bare nanoseconds), so log shippers and scripts that parse
 // etcd's JSON logs read Strata's unchanged.
 func etcdAttrs(groups []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+		return a
+	}
 	if len(groups) > 0 {
 		return a
 	}

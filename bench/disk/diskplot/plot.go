@@ -1,6 +1,6 @@
 // Package diskplot draws stratabench disk's fdatasync latency histogram
 // with gonum.org/v1/plot, as PNG, SVG or an HTML page. It is apart from
-// package disk so that the server, which runs disk's probe, does not link
+// package diskprobe so that the server, which runs the probe, does not link
 // the plotting library.
 package diskplot
 
@@ -21,6 +21,7 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/strata-db/strata/bench/disk"
+	"github.com/strata-db/strata/diskprobe"
 )
 
 // Format returns the picture format for a --plot file name: "png",
@@ -67,7 +68,7 @@ func histogram(d []time.Duration) []plotter.HistogramBin {
 
 // newPlot draws the fdatasync latency histogram with the percentiles and
 // etcd's 10 ms limit marked.
-func newPlot(r *disk.Result) (*plot.Plot, error) {
+func newPlot(r *diskprobe.Result) (*plot.Plot, error) {
 	bins := histogram(r.Syncs)
 	if len(bins) == 0 {
 		return nil, fmt.Errorf("plot: no samples")
@@ -102,10 +103,10 @@ func newPlot(r *disk.Result) (*plot.Plot, error) {
 		color color.Color
 		dash  bool
 	}{
-		{"p50 " + disk.FormatDuration(r.Sync.P50), r.Sync.P50, color.RGBA{G: 140, A: 255}, false},
-		{"p99 " + disk.FormatDuration(r.Sync.P99), r.Sync.P99, color.RGBA{R: 230, G: 140, A: 255}, false},
-		{"p99.9 " + disk.FormatDuration(r.Sync.P999), r.Sync.P999, color.RGBA{R: 150, B: 150, A: 255}, false},
-		{"etcd limit for p99: 10 ms", disk.MaxP99, color.RGBA{R: 220, A: 255}, true},
+		{"p50 " + diskprobe.FormatDuration(r.Sync.P50), r.Sync.P50, color.RGBA{G: 140, A: 255}, false},
+		{"p99 " + diskprobe.FormatDuration(r.Sync.P99), r.Sync.P99, color.RGBA{R: 230, G: 140, A: 255}, false},
+		{"p99.9 " + diskprobe.FormatDuration(r.Sync.P999), r.Sync.P999, color.RGBA{R: 150, B: 150, A: 255}, false},
+		{"etcd limit for p99: 10 ms", diskprobe.MaxP99, color.RGBA{R: 220, A: 255}, true},
 	}
 	for _, m := range marks {
 		l, err := plotter.NewLine(plotter.XYs{{X: ms(m.at), Y: ymin}, {X: ms(m.at), Y: ytop}})
@@ -127,7 +128,7 @@ func newPlot(r *disk.Result) (*plot.Plot, error) {
 	p.Legend.TextStyle.Font.Size = vg.Points(10)
 	p.Title.TextStyle.Font.Size = vg.Points(11)
 	p.Y.Min, p.Y.Max = ymin, axisTop
-	p.X.Max = math.Max(p.X.Max, ms(disk.MaxP99)*1.5)
+	p.X.Max = math.Max(p.X.Max, ms(diskprobe.MaxP99)*1.5)
 	p.X.Min = math.Min(p.X.Min, bins[0].Min)
 	return p, nil
 }
@@ -159,7 +160,7 @@ func (logTicks125) Ticks(lo, hi float64) []plot.Tick {
 
 // Write writes the fdatasync latency histogram to name, as PNG, SVG or
 // a self-contained HTML page (SVG plus the summary), by its extension.
-func Write(r *disk.Result, name string) error {
+func Write(r *diskprobe.Result, name string) error {
 	format, err := Format(name)
 	if err != nil {
 		return err
@@ -204,7 +205,7 @@ func svgBody(svg []byte) string {
 }
 
 type htmlData struct {
-	R       *disk.Result
+	R       *diskprobe.Result
 	SVG     template.HTML
 	Summary string
 }

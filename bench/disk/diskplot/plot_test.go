@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-db/strata/bench/disk"
+	"github.com/strata-db/strata/diskprobe"
 )
 
 func TestHistogramCountsEverySample(t *testing.T) {
@@ -27,7 +27,7 @@ func TestHistogramCountsEverySample(t *testing.T) {
 }
 
 func TestWrite(t *testing.T) {
-	r, err := disk.Run(context.Background(), disk.Options{Dir: t.TempDir(), Count: 30})
+	r, err := diskprobe.Run(context.Background(), diskprobe.Options{Dir: t.TempDir(), Count: 30})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestWrite(t *testing.T) {
 	if err := Write(r, filepath.Join(dir, "h.gif")); err == nil {
 		t.Error("gif accepted")
 	}
-	if err := Write(&disk.Result{}, filepath.Join(dir, "e.png")); err == nil {
+	if err := Write(&diskprobe.Result{}, filepath.Join(dir, "e.png")); err == nil {
 		t.Error("empty result plotted")
 	}
 }

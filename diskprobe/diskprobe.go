@@ -1,4 +1,4 @@
-// Package disk measures what etcd's recommended fio profile measures:
+// Package diskprobe measures what etcd's recommended fio profile measures:
 // sequential 2300-byte writes to one file, each followed by fdatasync, as
 //
 //	fio --rw=write --ioengine=sync --fdatasync=1 --bs=2300 --size=22m
@@ -10,8 +10,11 @@
 // second) and a verdict against etcd's guidance: a p99 fdatasync under
 // 10 ms, at least 50 sequential IOPS, preferably 500.
 //
-// stratabench disk and the server's start-up probe both use it.
-package disk
+// The server's start-up probe (server/diskprobe.go) and `stratabench disk`
+// (bench/disk, which adds the fio comparison, the text summary and the
+// plot) both use it. It is a leaf: it imports nothing of Strata's, so the
+// server links no benchmark or tool code through it.
+package diskprobe
 
 import (
 	"context"
@@ -84,6 +87,10 @@ type Result struct {
 	Verdict Verdict `json:"verdict"`
 	// Syncs holds every fdatasync latency in the order measured.
 	Syncs []time.Duration `json:"-"`
+	// Ends holds, for each write, when its fdatasync returned, as time
+	// since the start; callers that leave out a warm-up compute the rate
+	// of the rest from it.
+	Ends []time.Duration `json:"-"`
 }
 
 // Latency summarises a latency sample.
@@ -113,7 +120,7 @@ type Verdict struct {
 // write or fdatasync fails; ctx cancels between writes.
 func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.Dir == "" {
-		return nil, errors.New("disk: no directory given")
+		return nil, errors.New("diskprobe: no directory given")
 	}
 	if o.BlockSize == 0 {
 		o.BlockSize = DefaultBlockSize
@@ -122,26 +129,26 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		o.Size = DefaultSize
 	}
 	if o.BlockSize < 0 || o.BlockSize > 64<<20 {
-		return nil, fmt.Errorf("disk: block size %d out of range (1 byte to 64 MiB)", o.BlockSize)
+		return nil, fmt.Errorf("diskprobe: block size %d out of range (1 byte to 64 MiB)", o.BlockSize)
 	}
 	if o.Size < int64(o.BlockSize) {
-		return nil, fmt.Errorf("disk: size %d is smaller than one block of %d bytes", o.Size, o.BlockSize)
+		return nil, fmt.Errorf("diskprobe: size %d is smaller than one block of %d bytes", o.Size, o.BlockSize)
 	}
 	if o.Count < 0 || o.Duration < 0 {
-		return nil, errors.New("disk: count and duration must not be negative")
+		return nil, errors.New("diskprobe: count and duration must not be negative")
 	}
 	st, err := os.Stat(o.Dir)
 	if err != nil {
-		return nil, fmt.Errorf("disk: %w", err)
+		return nil, fmt.Errorf("diskprobe: %w", err)
 	}
 	if !st.IsDir() {
-		return nil, fmt.Errorf("disk: %s is not a directory", o.Dir)
+		return nil, fmt.Errorf("diskprobe: %s is not a directory", o.Dir)
 	}
 	if o.File == "" {
 		o.File = fmt.Sprintf("stratabench-disk.%d.tmp", os.Getpid())
 	}
 	if filepath.Base(o.File) != o.File {
-		return nil, fmt.Errorf("disk: file name %q must not contain a directory", o.File)
+		return nil, fmt.Errorf("diskprobe: file name %q must not contain a directory", o.File)
 	}
 	planned := int(o.Size / int64(o.BlockSize))
 	if o.Count > 0 && o.Count < planned {
@@ -150,11 +157,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 
 	path := filepath.Join(o.Dir, o.File)
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("disk: remove old test file: %w", err)
+		return nil, fmt.Errorf("diskprobe: remove old test file: %w", err)
 	}
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("disk: create %s: %w", path, err)
+		return nil, fmt.Errorf("diskprobe: create %s: %w", path, err)
 	}
 	closed := false
 	defer func() {
@@ -169,12 +176,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	// file systems without it just grow the file as it is written.
 	if err := unix.Fallocate(fd, 0, 0, int64(planned)*int64(o.BlockSize)); err != nil &&
 		!errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENOSYS) {
-		return nil, fmt.Errorf("disk: preallocate %s: %w", path, err)
+		return nil, fmt.Errorf("diskprobe: preallocate %s: %w", path, err)
 	}
 
 	buf := make([]byte, o.BlockSize)
 	fill(buf)
 	res := &Result{Dir: o.Dir, BlockSize: o.BlockSize, Syncs: make([]time.Duration, 0, min(planned, 1<<20))}
+	res.Ends = make([]time.Duration, 0, cap(res.Syncs))
 	writes := make([]time.Duration, 0, cap(res.Syncs))
 	start := time.Now()
 	lastReport := start
@@ -184,16 +192,17 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		t0 := time.Now()
 		if err := writeFull(fd, buf); err != nil {
-			return nil, fmt.Errorf("disk: write %s at offset %d: %w", path, int64(i)*int64(o.BlockSize), err)
+			return nil, fmt.Errorf("diskprobe: write %s at offset %d: %w", path, int64(i)*int64(o.BlockSize), err)
 		}
 		t1 := time.Now()
 		if err := fdatasync(fd); err != nil {
-			return nil, fmt.Errorf("disk: fdatasync %s: %w", path, err)
+			return nil, fmt.Errorf("diskprobe: fdatasync %s: %w", path, err)
 		}
 		t2 := time.Now()
 		writes = append(writes, t1.Sub(t0))
 		res.Syncs = append(res.Syncs, t2.Sub(t1))
 		elapsed := t2.Sub(start)
+		res.Ends = append(res.Ends, elapsed)
 		if o.Duration > 0 && elapsed >= o.Duration {
 			planned = i + 1
 			break
@@ -206,7 +215,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	res.Elapsed = time.Since(start)
 	closed = true
 	if err := unix.Close(fd); err != nil {
-		return nil, fmt.Errorf("disk: close %s: %w", path, err)
+		return nil, fmt.Errorf("diskprobe: close %s: %w", path, err)
 	}
 	res.Writes = len(res.Syncs)
 	res.Bytes = int64(res.Writes) * int64(o.BlockSize)
