@@ -75,17 +75,22 @@ fuzz-long:
 test: fmt-check vet build testguard-test disk-check-short unit e2e fuzz
 
 # fio's etcd-wal.fio and stratabench disk on the same directory, side by
-# side; fails if their sequential sync IOPS differ by more than 25%.
+# side: ROUNDS (default 5) interleaved runs of each, compared by their
+# medians; the verdict names each tool's run-to-run spread. Fails unless
+# their sequential sync IOPS agree within ±25% (a disk too noisy to tell
+# says so). Not in make test: on a shared disk it fails on noise.
 # Installs fio from Debian's packages when missing.
 disk-check: build
 	@if [ -z "$(DIR)" ]; then echo "usage: make disk-check DIR=/a/directory/on/the/disk"; exit 2; fi
 	bash bench/disk-check.sh "$(DIR)"
 
-# The same, 2 seconds per run (4 runs, 8 s; up to 3 attempts on disagreement), on a directory of this checkout's
-# disk (not /tmp, which may be tmpfs, where fdatasync does nothing).
+# make test's part: each tool once, 1 s, on a directory of this checkout's
+# disk (not /tmp, which may be tmpfs); checks only what holds on any disk:
+# both run, their outputs parse, same block size, every figure positive
+# and in its unit. No speeds are compared.
 DISK_CHECK_DIR ?= $(CURDIR)/tmp/disk-check
 disk-check-short: build
-	SHORT=1 ATTEMPTS=$${ATTEMPTS:-3} bash bench/disk-check.sh "$(DISK_CHECK_DIR)"
+	CHECK=1 bash bench/disk-check.sh "$(DISK_CHECK_DIR)"
 	@rmdir "$(DISK_CHECK_DIR)" 2>/dev/null || true
 
 # Builds etcd, etcdctl, etcdutl 3.7.3 and etcd's benchmark tool from the Go

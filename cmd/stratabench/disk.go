@@ -21,6 +21,7 @@ import (
 
 const diskUsage = `usage: stratabench disk --dir DIR [flags]
        stratabench disk compare --fio FIO.json... --bench BENCH.json... [--tolerance 25]
+       stratabench disk compare --check-only --fio FIO.json --bench BENCH.json
 
 Measures what etcd's fio profile (fio-profiles/etcd-wal.fio) measures:
 sequential 2300-byte writes to one file in DIR, each followed by fdatasync.
@@ -166,10 +167,33 @@ func parseSize(s string) (int64, error) {
 	return v * mult, nil
 }
 
+const compareUsage = `usage: stratabench disk compare --fio FIO.json... --bench BENCH.json... [--tolerance PERCENT] [-w simple|json]
+       stratabench disk compare --check-only --fio FIO.json --bench BENCH.json
+
+Sets fio's JSON output of fio-profiles/etcd-wal.fio beside stratabench disk
+-w json output of the same directory. With several runs of each (run them
+interleaved), each side is the median of its runs; the verdict weighs the
+IOPS difference against the run-to-run spread: agree (exit 0), disagree or
+inconclusive when the disk is as noisy as the difference (exit 1).
+
+--check-only judges no speeds, only what holds on any disk: both outputs
+parse, both tools wrote the same block size, every figure is positive and
+in its unit (IOPS are writes per second, latencies fit in the run time).
+make test runs it; make disk-check DIR=... compares.
+
+Examples:
+  fio --directory=D --output-format=json --output=f1.json fio-profiles/etcd-wal.fio
+  stratabench disk --dir D -w json > s1.json
+  stratabench disk compare --fio f1.json --fio f2.json --bench s1.json --bench s2.json
+  stratabench disk compare --check-only --fio f1.json --bench s1.json
+
+Flags:
+`
+
 // runDiskCompare sets fio JSON results beside `stratabench disk -w json`
-// results (several runs of each are pooled, see disk.Compare) and fails
-// (exit 1) when their sequential sync IOPS differ by more than the
-// tolerance.
+// results (the medians of several runs of each, see disk.Compare) and
+// fails (exit 1) unless their sequential sync IOPS agree within the
+// tolerance; with --check-only it fails only on disk.Check's findings.
 func runDiskCompare(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("stratabench disk compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -178,14 +202,20 @@ func runDiskCompare(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&benchFiles, "bench", "stratabench disk -w json output (repeat for several runs)")
 	tol := fs.Float64("tolerance", 25, "largest accepted IOPS difference, in percent of fio's")
 	format := fs.String("w", "simple", "output format: simple or json")
+	checkOnly := fs.Bool("check-only", false, "judge no speeds: only that the outputs parse and their figures are positive and in the same units (one run of each)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, compareUsage)
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	if len(fioFiles) == 0 || len(benchFiles) == 0 || fs.NArg() > 0 || *tol < 0 || (*format != "simple" && *format != "json") {
-		fmt.Fprintln(stderr, "usage: stratabench disk compare --fio FIO.json... --bench BENCH.json... [--tolerance PERCENT] [-w simple|json]")
+	if len(fioFiles) == 0 || len(benchFiles) == 0 || fs.NArg() > 0 || *tol < 0 || (*format != "simple" && *format != "json") ||
+		(*checkOnly && (len(fioFiles) != 1 || len(benchFiles) != 1)) {
+		fs.Usage()
 		return 2
 	}
 	fail := func(err error) int {
@@ -217,11 +247,25 @@ func runDiskCompare(args []string, stdout, stderr io.Writer) int {
 		bench = append(bench, br)
 	}
 	c := disk.Compare(fio, bench, *tol/100)
+	var checkErr error
+	if *checkOnly {
+		checkErr = disk.Check(fio[0], bench[0])
+		c.Agree, c.Noisy = checkErr == nil, false
+		c.Verdict = "not judged (--check-only; make disk-check DIR=... compares speeds)"
+	}
 	if *format == "json" {
 		out, _ := json.MarshalIndent(c, "", "  ")
 		fmt.Fprintln(stdout, string(out))
 	} else {
 		fmt.Fprint(stdout, c.String())
+	}
+	if *checkOnly {
+		if checkErr != nil {
+			fmt.Fprintf(stderr, "stratabench disk compare: check failed:\n%v\n", checkErr)
+			return 1
+		}
+		fmt.Fprintln(stdout, "check: both tools ran the same workload; every figure is positive and in its unit")
+		return 0
 	}
 	if !c.Agree {
 		return 1
