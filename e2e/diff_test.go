@@ -14,7 +14,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -33,15 +32,16 @@ var (
 )
 
 // needBins returns the reference binaries, building them once if needed
-// (unless STRATA_E2E_NOBUILD is set), and skips the test when they cannot be
-// had: no toolchain, no module proxy.
+// (unless STRATA_E2E_NOBUILD is set). When they cannot be had (no
+// toolchain, no module proxy) the test fails with the reason: a missing
+// prerequisite is a failure, never a skip.
 func needBins(t *testing.T) *harness.Bins {
 	t.Helper()
 	binsOnce.Do(func() {
 		bins, binsErr = harness.FindBinaries(os.Getenv("STRATA_E2E_NOBUILD") == "", &binsLog)
 	})
 	if binsErr != nil {
-		t.Skipf("SKIP: etcd reference binaries unavailable, so tests that run real servers are skipped: %v\n%s", binsErr, tail(binsLog.String(), 20))
+		t.Fatalf("etcd reference binaries unavailable (run e2e/build-etcd.sh, or make e2e-bin, and see its output): %v\n%s", binsErr, tail(binsLog.String(), 20))
 	}
 	return bins
 }
@@ -154,16 +154,15 @@ func (s *side) expand(a string) string {
 
 func startSide(t *testing.T, label, bin string, b *harness.Bins, sc scenario, shared string, pvars map[string]string, extra []string) *side {
 	dir := filepath.Join(t.TempDir(), label)
-	flags := make([]string, len(sc.flags), len(sc.flags)+len(extra))
-	for i, f := range sc.flags {
-		flags[i] = reVar.ReplaceAllStringFunc(f, func(m string) string {
+	flags := make([]string, 0, len(sc.flags)+len(extra))
+	for _, f := range append(sc.flags[:len(sc.flags):len(sc.flags)], extra...) {
+		flags = append(flags, reVar.ReplaceAllStringFunc(f, func(m string) string {
 			if v, ok := pvars[m[2:len(m)-1]]; ok {
 				return v
 			}
 			return m
-		})
+		}))
 	}
-	flags = append(flags, extra...)
 	srv, err := harness.NewServer(harness.ServerConfig{Bin: bin, Dir: dir, Flags: flags, Scheme: sc.scheme})
 	if err != nil {
 		t.Fatal(err)
@@ -343,7 +342,8 @@ type scenarioResult struct {
 }
 
 // diffScenario runs sc on etcd (A) and binB (B, with extraB appended to its
-// flags) and returns the steps whose records differ.
+// flags; ${vars} from prepare expand in both) and returns the steps whose
+// records differ.
 func diffScenario(t *testing.T, b *harness.Bins, sc scenario, binB string, extraB []string) scenarioResult {
 	shared := t.TempDir()
 	var pvars map[string]string
@@ -427,29 +427,44 @@ func writeTranscripts(t *testing.T, dir, name string, a, b *side) {
 	}
 }
 
-// curl fetches url with curl (as the issue's transcripts do) and returns the
-// body plus the HTTP status on a last line. Method POST when body != "".
-func curl(url, body string) harness.Result { return curlArgs(url, body) }
+// curl makes an HTTP request with net/http (harness.HTTPRequest; no curl
+// binary is needed) and returns what `curl -sS -w '\nHTTP %{http_code}\n'`
+// prints: the body plus the HTTP status on a last line. Method POST when
+// body != "". The steps keep curl's name and record the equivalent curl
+// command line, so a reader can repeat a step by hand.
+func curl(url, body string) harness.Result {
+	r, err := harness.HTTPRequest{URL: url, Body: body}.Do()
+	if err != nil {
+		// Without TLS files only a malformed URL gets here: a mistake in
+		// the step table, not something to record on both sides.
+		panic(err)
+	}
+	return r
+}
 
-// curlArgs is curl with extra flags (TLS files).
-func curlArgs(url, body string, extra ...string) harness.Result {
-	if _, err := exec.LookPath("curl"); err != nil {
-		return harness.Result{Stdout: "curl not installed\n"}
+// curlArgs is curl with curl's TLS flags: --cacert FILE, --cert FILE and
+// --key FILE. Any other flag fails the test (it would not be emulated).
+func curlArgs(t *testing.T, url, body string, flags ...string) harness.Result {
+	t.Helper()
+	req := harness.HTTPRequest{URL: url, Body: body}
+	if len(flags)%2 != 0 {
+		t.Fatalf("curl flags %q: want pairs of flag and file", flags)
 	}
-	args := append([]string{"-sS", "-m", "10", "-w", "\nHTTP %{http_code}\n"}, extra...)
-	if body != "" {
-		args = append(args, "-X", "POST", "-H", "Content-Type: application/json", "-d", body)
+	for i := 0; i < len(flags); i += 2 {
+		switch flags[i] {
+		case "--cacert":
+			req.CACert = flags[i+1]
+		case "--cert":
+			req.Cert = flags[i+1]
+		case "--key":
+			req.Key = flags[i+1]
+		default:
+			t.Fatalf("curl flag %q is not emulated (only --cacert, --cert, --key)", flags[i])
+		}
 	}
-	cmd := exec.Command("curl", append(args, url)...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	r := harness.Result{Stdout: out.String(), Stderr: errb.String()}
-	if ee, ok := err.(*exec.ExitError); ok {
-		r.Code = ee.ExitCode()
-	} else if err != nil {
-		r.Code = -1
-		r.Stderr += err.Error()
+	r, err := req.Do()
+	if err != nil {
+		t.Fatalf("%s: %v", url, err)
 	}
 	return r
 }

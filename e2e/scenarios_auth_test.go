@@ -187,7 +187,7 @@ func curlTLSStep(name, path string, flags ...string) step {
 			for i, f := range flags {
 				args[i] = s.expand(f)
 			}
-			return curlArgs(s.expand("${client}"+path), "", args...)
+			return curlArgs(t, s.expand("${client}"+path), "", args...)
 		},
 	}
 }

@@ -1,0 +1,3 @@
+module strata.local/testguard
+
+go 1.26.8
