@@ -117,3 +117,68 @@ func TestStats(t *testing.T) {
 	}
 	rtx.Rollback()
 }
+
+// TestCompactInPlaceHoldsLockUntilRenamed: a server that opens the
+// database while offline defrag runs must be refused up to and including
+// the rename; otherwise it writes into the file the rename unlinks and
+// every write it makes is lost.
+func TestCompactInPlaceHoldsLockUntilRenamed(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "db")
+	db := openT(t, path, &Options{NoSync: true})
+	for g := 0; g < 3; g++ {
+		fillBatch(t, db, g, 20000)
+	}
+	err := db.Update(func(tx *Tx) error {
+		b, _ := tx.Bucket([]byte("b"))
+		for i := 0; i < 20000; i += 2 {
+			if err := b.Delete(revKey(uint64(i))); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := dump(t, db)
+	db.Close()
+
+	var hookRan bool
+	compactBeforeRename = func() {
+		hookRan = true
+		if d, err := Open(path, nil); !errors.Is(err, ErrDatabaseLocked) {
+			if d != nil {
+				d.Close()
+			}
+			t.Errorf("open during the rename window: %v, want ErrDatabaseLocked", err)
+		}
+	}
+	defer func() { compactBeforeRename = nil }()
+	res, err := CompactInPlace(path, nil, func(before, copy int64) bool { return copy < before })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hookRan || !res.Replaced || res.Copy >= res.Before {
+		t.Fatalf("result %+v, hook ran %v", res, hookRan)
+	}
+	if _, err := os.Stat(path + ".defrag.tmp"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("temporary copy left behind: %v", err)
+	}
+	cdb := openT(t, path, nil)
+	sameContents(t, dump(t, cdb), want)
+	checkDB(t, cdb)
+	cdb.Close()
+
+	// keep says no: the database is left byte for byte.
+	before, _ := os.ReadFile(path)
+	hookRan = false
+	res, err = CompactInPlace(path, nil, func(before, copy int64) bool { return false })
+	if err != nil || res.Replaced || hookRan {
+		t.Fatalf("kept: %+v, %v, hook %v", res, err, hookRan)
+	}
+	after, _ := os.ReadFile(path)
+	if !bytes.Equal(before, after) {
+		t.Fatal("database changed although the copy was not kept")
+	}
+}

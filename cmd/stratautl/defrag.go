@@ -11,7 +11,6 @@ import (
 
 	"github.com/strata-db/strata/pagestore"
 	"github.com/strata-db/strata/progress"
-	"github.com/strata-db/strata/vfs"
 )
 
 const defragUsage = `Usage:
@@ -69,10 +68,6 @@ func defrag(dataDir string, showProgress bool, stdout, stderr io.Writer) error {
 		return fmt.Errorf("no page store at %s: %w", db, err)
 	}
 	before := fi.Size()
-	tmp := db + ".defrag.tmp"
-	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
 	start := time.Now()
 	var bar *progress.Bar
 	var report func(done, total int64)
@@ -87,9 +82,10 @@ func defrag(dataDir string, showProgress bool, stdout, stderr io.Writer) error {
 			bar.Set(done)
 		}
 	}
-	err = pagestore.Compact(tmp, db, report)
+	// Defrag never makes a file bigger: a copy that is not smaller (the
+	// db had nothing to reclaim) is dropped and the db left as it was.
+	res, err := pagestore.CompactInPlace(db, report, func(before, copy int64) bool { return copy < before })
 	if err != nil {
-		os.Remove(tmp)
 		if errors.Is(err, pagestore.ErrDatabaseLocked) {
 			return fmt.Errorf("%s is in use (is the server running? stop it first): %w", db, err)
 		}
@@ -98,30 +94,14 @@ func defrag(dataDir string, showProgress bool, stdout, stderr io.Writer) error {
 	if bar != nil {
 		bar.Finish()
 	}
-	// Defrag never makes a file bigger: a copy that is not smaller (the
-	// db had nothing to reclaim) is dropped and the db left as it was.
-	ti, err := os.Stat(tmp)
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if ti.Size() >= before {
-		if err := os.Remove(tmp); err != nil {
-			return err
-		}
+	if !res.Replaced {
 		st, err := dbStats(db)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "nothing to reclaim in %s: it is %s (%s in use), a compacted copy would be %s; kept it unchanged\n",
-			db, progress.Bytes(before), progress.Bytes(st.InUseBytes), progress.Bytes(ti.Size()))
+			db, progress.Bytes(before), progress.Bytes(st.InUseBytes), progress.Bytes(res.Copy))
 		return nil
-	}
-	if err := os.Rename(tmp, db); err != nil {
-		return err
-	}
-	if err := vfs.Default.SyncDir(filepath.Dir(db)); err != nil {
-		return err
 	}
 	st, err := dbStats(db)
 	if err != nil {
