@@ -9,7 +9,7 @@ DATA_DIR ?= default.strata
 # Fuzz time per target inside `make test`; `make fuzz-long` runs longer.
 FUZZTIME ?= 30s
 
-.PHONY: all build run test unit fuzz fuzz-long bench bench-engine bench-compare vet fmt-check clean e2e e2e-bin disk-check disk-check-short
+.PHONY: all build run test unit fuzz fuzz-long bench bench-engine bench-compare bench-stratabench vet fmt-check clean e2e e2e-bin disk-check disk-check-short
 .PHONY: etcd-src testguard testguard-test
 
 # make e2e runs every differential scenario (e2e/scenarios_*_test.go)
@@ -116,6 +116,12 @@ bench-engine:
 
 bench-compare: build e2e-bin
 	bash bench/compare.sh
+
+# stratabench and etcd's benchmark tool against one strata server, req/s
+# side by side (a timing ratio, so a benchmark and not part of make test).
+bench-stratabench: build e2e-bin
+	cd e2e && STRATA_E2E_TARGET=../bin/strata $(GO) test -count=1 -run '^$$' \
+		-bench BenchmarkStratabenchAgreesWithEtcdBenchmark -benchtime 1x -timeout 30m -v .
 
 clean:
 	rm -rf $(BIN)

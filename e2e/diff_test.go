@@ -35,7 +35,7 @@ var (
 // (unless STRATA_E2E_NOBUILD is set). When they cannot be had (no
 // toolchain, no module proxy) the test fails with the reason: a missing
 // prerequisite is a failure, never a skip.
-func needBins(t *testing.T) *harness.Bins {
+func needBins(t testing.TB) *harness.Bins {
 	t.Helper()
 	binsOnce.Do(func() {
 		bins, binsErr = harness.FindBinaries(os.Getenv("STRATA_E2E_NOBUILD") == "", &binsLog)
@@ -55,7 +55,7 @@ func tail(s string, n int) string {
 }
 
 // targetBin is side B's server binary.
-func targetBin(t *testing.T, b *harness.Bins) string {
+func targetBin(t testing.TB, b *harness.Bins) string {
 	p := os.Getenv("STRATA_E2E_TARGET")
 	if p == "" {
 		return b.Etcd
