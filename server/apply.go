@@ -94,7 +94,7 @@ func (a *applier) dispatch(idx, term uint64, req *pb.InternalRaftRequest) applyR
 	switch {
 	case req.Alarm != nil:
 		w := s.be.BeginWrite()
-		r.resp = s.alarms.apply(w, req.Alarm)
+		r.resp = s.applyAlarm(w, req.Alarm)
 		w.End(idx, term)
 	case req.Put != nil:
 		r.resp, r.err = kv.Put(idx, term, req.Put)
