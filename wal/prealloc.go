@@ -305,14 +305,6 @@ func (p *preallocator) takeLocked() *preparedFile {
 	return pf
 }
 
-// stats returns how many preparations finished and whether the latest
-// failed (for tests and logs).
-func (p *preallocator) stats() (attempts int, failing bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.attempts, p.failing
-}
-
 func (p *preallocator) close() {
 	p.mu.Lock()
 	p.stopped = true
