@@ -61,8 +61,8 @@ type preallocator struct {
 	// freeSpace reports the bytes available to the WAL directory's file
 	// system, if known; a hint that keeps a reduced segment from taking
 	// the last free bytes (the page store may share the disk).
-	freeSpace            func(dir string) (int64, bool)
-	backoffMin, backoffM time.Duration
+	freeSpace              func(dir string) (int64, bool)
+	backoffMin, backoffMax time.Duration
 
 	stop chan struct{} // closed by close
 	done chan struct{} // closed when run returns
@@ -99,7 +99,7 @@ func startPreallocator(fs vfs.FS, dir string, size int64, zeroFill bool, log *sl
 	p := &preallocator{
 		fs: fs, dir: dir, size: size, minSize: min(size, minSegmentFloor), zeroFill: zeroFill, log: log,
 		freeSpace:  statfsFree,
-		backoffMin: preallocBackoffMin, backoffM: preallocBackoffMax,
+		backoffMin: preallocBackoffMin, backoffMax: preallocBackoffMax,
 		stop: make(chan struct{}),
 		done: make(chan struct{}),
 	}
@@ -167,7 +167,7 @@ func (p *preallocator) run() {
 		case <-p.stop:
 			return
 		}
-		backoff = min(2*backoff, p.backoffM)
+		backoff = min(2*backoff, p.backoffMax)
 	}
 }
 
