@@ -12,6 +12,8 @@ import (
 
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/strata-db/strata/wal"
 )
 
 // fileSM is a small durable state machine: it appends applied payloads to
@@ -116,7 +118,12 @@ func startNode(t *testing.T, dir string, sm StateMachine, snapCount uint64) *Nod
 	t.Helper()
 	n, err := Start(Config{
 		ID: 1, ClusterID: 7, Peers: []etcdraft.Peer{{ID: 1}},
-		WALDir: filepath.Join(dir, "wal"), TickInterval: 10 * time.Millisecond,
+		WALDir: filepath.Join(dir, "wal"),
+		// 1 MiB segments: Open reads a whole segment twice (LastSnapshot,
+		// then the log), which for a 64 MiB zero-filled one took 0.5-1 s
+		// on a loaded disk and made the restart bound below flaky.
+		WAL:           &wal.Options{SegmentSize: 1 << 20},
+		TickInterval:  10 * time.Millisecond,
 		ElectionTicks: 10, HeartbeatTicks: 1, SnapshotCount: snapCount, CatchUpEntries: 5,
 		StateMachine: sm,
 	})
