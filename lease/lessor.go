@@ -161,7 +161,11 @@ type Lessor struct {
 	// demoted is non-nil exactly while this lessor is the primary, and is
 	// closed when it stops being one, waking Renew calls that wait.
 	demoted chan struct{}
-	cp      Checkpointer
+	// promoted is closed by Promote and replaced by an open channel by
+	// Demote, so a caller that needs the primary can wait for it (see
+	// PromotedC). Guarded by mu.
+	promoted chan struct{}
+	cp       Checkpointer
 
 	expiredC chan []int64
 	ctx      context.Context // canceled by Stop; passed to the Checkpointer
@@ -236,6 +240,7 @@ func Open(be *mvcc.Backend, cfg Config) (*Lessor, error) {
 		// ExpiredRetryInterval.
 		expiredC: make(chan []int64, 16),
 		done:     make(chan struct{}),
+		promoted: make(chan struct{}),
 	}
 	le.ctx, le.cancel = context.WithCancel(context.Background())
 	for _, r := range recs {

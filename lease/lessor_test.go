@@ -286,3 +286,35 @@ func TestLeasesOrder(t *testing.T) {
 		t.Fatalf("Leases() on the primary = %v, want soonest expiry first [5 4 3]", got)
 	}
 }
+
+// TestPromotedC: the channel lease RPCs wait on between a member becoming
+// leader and its lessor's promotion is closed exactly while primary.
+func TestPromotedC(t *testing.T) {
+	e := newEnv(t, Config{MinTTL: 1})
+	isClosed := func(c <-chan struct{}) bool {
+		select {
+		case <-c:
+			return true
+		default:
+			return false
+		}
+	}
+	before := e.le.PromotedC()
+	if isClosed(before) {
+		t.Fatal("PromotedC closed before any Promote")
+	}
+	e.le.Promote(0)
+	if !isClosed(before) || !isClosed(e.le.PromotedC()) {
+		t.Fatal("Promote did not close PromotedC")
+	}
+	e.le.Promote(0) // promoting twice must not close it twice
+	e.le.Demote()
+	after := e.le.PromotedC()
+	if isClosed(after) {
+		t.Fatal("PromotedC closed after Demote")
+	}
+	e.le.Promote(0)
+	if !isClosed(after) {
+		t.Fatal("a second Promote did not close the new PromotedC")
+	}
+}

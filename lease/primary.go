@@ -26,6 +26,7 @@ func (le *Lessor) Promote(extend time.Duration) {
 	defer le.mu.Unlock()
 	if le.demoted == nil {
 		le.demoted = make(chan struct{})
+		close(le.promoted)
 	}
 	now := le.cfg.now()
 	le.checkpoints = newQueue()
@@ -86,6 +87,7 @@ func (le *Lessor) Demote() {
 	if le.demoted != nil {
 		close(le.demoted)
 		le.demoted = nil
+		le.promoted = make(chan struct{})
 	}
 }
 
@@ -94,6 +96,16 @@ func (le *Lessor) IsPrimary() bool {
 	le.mu.RLock()
 	defer le.mu.RUnlock()
 	return le.demoted != nil
+}
+
+// PromotedC returns a channel that is closed once this lessor is the
+// primary (already closed if it is). A member that has just become leader
+// promotes its lessor a moment later; lease RPCs that need the primary's
+// clocks wait on it rather than fail in that gap.
+func (le *Lessor) PromotedC() <-chan struct{} {
+	le.mu.RLock()
+	defer le.mu.RUnlock()
+	return le.promoted
 }
 
 // Renew answers a keep-alive on the primary: it restarts lease id's clock

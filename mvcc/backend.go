@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -21,8 +22,13 @@ import (
 //   - batchMu is held by the apply goroutine from BeginWrite to End, and
 //     briefly by the committer to seal the current batch and to drop
 //     committed ones. Readers never take it.
-//   - commitMu serializes commits (the periodic committer, ForceCommit).
+//   - commitMu serializes commits (the periodic committer, ForceCommit)
+//     and guards the commit-health fields (see backend_health.go).
 //     Lock order: commitMu before batchMu.
+//   - durable is the index up to which the WAL holds the log (see
+//     SetDurableIndex). A commit takes the sealed batches in order and
+//     stops at the first whose consistent index is above it: nothing
+//     durable runs ahead of the WAL.
 //   - state is the readers' view: the uncommitted key records, published
 //     atomically under batchMu after each write transaction and after each
 //     commit. A reader loads state first and then begins its page-store
@@ -43,13 +49,16 @@ type Backend struct {
 
 	commitMu     sync.Mutex
 	committedCI  atomic.Uint64 // consistent index in the page store
+	durable      atomic.Uint64 // the WAL holds the log up to here (SetDurableIndex)
 	pendingBytes atomic.Int64  // bytes written but not yet committed
+	commitBytes  int64         // pendingBytes that trigger an early commit; 0: none
 	commitErr    atomic.Pointer[error]
 	kick         chan struct{}
 	stop         chan struct{}
 	done         chan struct{}
 	commitHook   func(time.Duration)
 	commits      atomic.Uint64
+	health       commitHealth // guarded by commitMu, except its atomics
 
 	// defrag is a defrag step waiting to ride along with the next commit
 	// (see Defrag).
@@ -111,6 +120,16 @@ type BackendConfig struct {
 	// OnCommit observes each commit's duration (for
 	// etcd_disk_backend_commit_duration_seconds).
 	OnCommit func(time.Duration)
+	// CommitBytes is the size of pending writes (PendingBytes) that
+	// triggers an early commit, so large values do not pile up in memory
+	// for a whole BatchInterval. 0 (default): no byte trigger.
+	CommitBytes int64
+	// OnCommitHealth is called when commits start failing (with the
+	// error) and when one succeeds again (with nil), from the goroutine
+	// that committed, with the commit lock held: it must not call back
+	// into the Backend's commit methods. The server raises and clears its
+	// disk-full alarm from it.
+	OnCommitHealth func(err error)
 }
 
 // NewBackend wraps an open page store and starts the committer.
@@ -128,8 +147,10 @@ func NewBackend(db *pagestore.DB, cfg BackendConfig) (*Backend, error) {
 		db: db, log: cfg.Logger, interval: cfg.BatchInterval, limit: cfg.BatchLimit,
 		cur:  &batch{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		commitHook: cfg.OnCommit,
-		defragSem:  make(chan struct{}, 1),
+		commitHook:  cfg.OnCommit,
+		commitBytes: cfg.CommitBytes,
+		health:      commitHealth{onChange: cfg.OnCommitHealth},
+		defragSem:   make(chan struct{}, 1),
 	}
 	b.state.Store(&readState{})
 	err := db.Update(func(tx *pagestore.Tx) error {
@@ -160,6 +181,7 @@ func NewBackend(db *pagestore.DB, cfg BackendConfig) (*Backend, error) {
 		return nil, err
 	}
 	b.committedCI.Store(b.ci)
+	b.durable.Store(math.MaxUint64) // no WAL (offline tools) until SetDurableIndex
 	b.cur.ci = b.ci
 	go b.commitLoop()
 	return b, nil
@@ -171,6 +193,16 @@ func (b *Backend) DB() *pagestore.DB { return b.db }
 // ConsistentIndex is the index of the last entry whose writes are in the
 // page store.
 func (b *Backend) ConsistentIndex() uint64 { return b.committedCI.Load() }
+
+// SetDurableIndex tells the backend that the WAL durably holds the log up
+// to idx (raft.StateMachine.Persisted). Commits take batches only up to
+// the last one whose consistent index is at or below it; later batches
+// stay in memory (and visible to readers) until the WAL holds them. It may
+// go down (a follower's uncommitted tail replaced), never below an index
+// already written. Until the first call nothing is held back: a backend
+// without a WAL (offline tools, tests) commits everything; raft calls it
+// before its first apply.
+func (b *Backend) SetDurableIndex(idx uint64) { b.durable.Store(idx) }
 
 // WriteTx collects the writes of one applied request. Only the apply
 // goroutine uses it, one at a time.
@@ -221,7 +253,7 @@ func (w *WriteTx) End(ci, term uint64) {
 	if w.nRecs > 0 {
 		b.publishLocked()
 	}
-	full := len(c.keyRecs)+len(c.ops) >= b.limit
+	full := len(c.keyRecs)+len(c.ops) >= b.limit || b.commitBytes > 0 && b.pendingBytes.Load() >= b.commitBytes
 	b.batchMu.Unlock()
 	if full {
 		select {
@@ -258,14 +290,20 @@ func (b *Backend) commitLoop() {
 		case <-b.stop:
 			return
 		}
-		if err := b.commit(); err != nil {
-			b.log.Error("backend commit failed; writes stay in memory and are retried", "error", err)
+		// While commits fail (a full disk), retries follow a backoff and
+		// ignore early-commit kicks: each attempt rebuilds the whole
+		// backlog into a transaction. Failures are logged by commit.
+		if !b.retryDue(time.Now()) {
+			continue
 		}
+		_ = b.commit()
 	}
 }
 
-// ForceCommit commits everything written so far and returns once it is
-// durable in the page store.
+// ForceCommit commits everything written so far that the WAL holds (see
+// SetDurableIndex) and returns once it is durable in the page store.
+// Writes of entries past the WAL's durable index (on a follower, at most
+// those of the Ready being fdatasync'd) stay in memory for a later commit.
 func (b *Backend) ForceCommit() error { return b.commit() }
 
 // ErrBackendClosed is returned by Defrag when the backend closes under it.
@@ -284,7 +322,14 @@ func (b *Backend) commit() error {
 		b.uncommitted = append(b.uncommitted, sealed)
 		b.cur = &batch{ci: sealed.ci, term: sealed.term}
 	}
-	todo := append([]*batch(nil), b.uncommitted...)
+	// Only batches the WAL holds: a batch at or below the page store's own
+	// index (writes outside raft, compaction deletes) is always safe.
+	limit := max(b.durable.Load(), b.committedCI.Load())
+	n := 0
+	for n < len(b.uncommitted) && b.uncommitted[n].ci <= limit {
+		n++
+	}
+	todo := append([]*batch(nil), b.uncommitted[:n]...)
 	b.batchMu.Unlock()
 	dreq := b.defrag.Swap(nil)
 	if len(todo) == 0 && dreq == nil {
@@ -357,6 +402,7 @@ func (b *Backend) commit() error {
 	if err != nil {
 		err = fmt.Errorf("%w: %w", ErrCommitFailed, err)
 		b.commitErr.Store(&err)
+		b.noteFailure(err, time.Now())
 		return err
 	}
 	b.commitErr.Store(nil)
@@ -366,16 +412,20 @@ func (b *Backend) commit() error {
 		b.commitHook(d)
 	}
 	if len(todo) == 0 {
+		b.noteSuccess(time.Now(), 0)
 		return nil
 	}
 	b.committedCI.Store(todo[len(todo)-1].ci)
+	var flushed int64
 	for _, bt := range todo {
-		b.pendingBytes.Add(-bt.bytes)
+		flushed += bt.bytes
 	}
+	b.pendingBytes.Add(-flushed)
 	b.batchMu.Lock()
 	b.uncommitted = b.uncommitted[len(todo):]
 	b.publishLocked()
 	b.batchMu.Unlock()
+	b.noteSuccess(time.Now(), flushed)
 	return nil
 }
 

@@ -28,6 +28,19 @@
 // Requests that fail (a compacted revision, a missing lease) still advance
 // the consistent index, as they are applied entries too.
 //
+// Nothing durable runs ahead of the WAL: raft may hand apply an entry
+// before the local WAL has it (see raft's package doc), so the Backend
+// commits sealed batches only up to the index the WAL holds
+// (SetDurableIndex, from raft.StateMachine.Persisted); later batches stay
+// in memory, visible to readers, until the WAL catches up. Without a WAL
+// (offline tools) nothing is held back.
+//
+// A commit that fails (a full disk) keeps its batches in memory and is
+// retried with backoff; the failure is logged once (then once a minute),
+// counted (CommitFailing, CommitFailures) and reported to the owner
+// (BackendConfig.OnCommitHealth), which bounds the backlog and raises an
+// alarm (server/diskfull.go). See backend_health.go.
+//
 // The invariant callers must keep: a request's index is recorded (End(ci))
 // by the same WriteTx that holds its data, never by an earlier one. A
 // commit can fall between two write transactions, so an index recorded

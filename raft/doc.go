@@ -13,15 +13,44 @@
 //  2. The hard state and entries go to the WAL as one unit; the WAL
 //     fdatasyncs when raft.MustSync says so. Only then are the entries
 //     appended to the in-memory raft log, and Advance is called.
-//  3. Committed entries are passed to the apply goroutine in order. Conf
-//     changes are applied to the RawNode here, in the raft goroutine,
-//     because RawNode is not safe for concurrent use.
+//  3. Committed entries are passed to the apply goroutine in order, before
+//     step 2, so applying overlaps the fdatasync. Conf changes are applied
+//     to the RawNode here, in the raft goroutine, because RawNode is not
+//     safe for concurrent use.
+//  4. After the WAL write, the persisted index (the last index the WAL
+//     holds) is published to the state machine (StateMachine.Persisted)
+//     and to snapshot waiters.
 //
 // The apply goroutine calls the StateMachine, publishes the applied index
 // (WaitApplied, ReadIndex readers), and every SnapshotCount entries makes
 // the state machine durable (StateMachine.Commit), records a snapshot
 // marker in the WAL, compacts the in-memory log and purges old segments.
 // The page store is the state: a snapshot here is metadata only.
+//
+// # Nothing durable runs ahead of the WAL
+//
+// Committed entries are not always durable in the local WAL when they are
+// applied: in raft's synchronous mode a Ready may commit entries that are
+// in its own Entries, still to be written (a follower learning of the
+// commit in the same MsgApp, a leader whose followers acknowledged first,
+// the bootstrap entries). Applying them early is safe, since committed
+// means durable on a quorum, but making their effects durable locally is
+// not: if the WAL write then fails, or the process dies, the page store
+// would hold a consistent index the WAL never received, and the member
+// could never make progress again. So, as etcd does with its notify
+// channel:
+//
+//   - the state machine is told the persisted index after every WAL write
+//     and commits (periodically or in Commit) only batches at or below it
+//     (mvcc.Backend holds later batches in memory until then);
+//   - a snapshot at index i first waits until the persisted index reaches
+//     i (or the node stops), and only then calls Commit and CreateSnapshot,
+//     so the in-memory log holds i when the snapshot is cut.
+//
+// A failed WAL write stops the node (Done, Err); the entries that apply
+// saw past the persisted index are then in memory only, and are lost with
+// the process, as they would be with a crash. Nothing acknowledged is
+// lost: an entry is acknowledged only once committed.
 //
 // # Restart
 //

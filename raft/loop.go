@@ -107,9 +107,15 @@ func (n *Node) handleReady() error {
 	if isLeader {
 		n.send(rd.Messages)
 	}
-	// Committed entries were made durable by an earlier Ready, so they are
-	// handed to the apply goroutine before this Ready's write: applying a
-	// batch never waits for the fdatasync of the next one.
+	// Committed entries go to the apply goroutine before this Ready's WAL
+	// write, so applying overlaps the fdatasync. They are NOT always
+	// durable locally yet: in raft's synchronous mode a Ready may commit
+	// entries that are in its own unwritten Entries (a follower told of
+	// the commit in the same MsgApp, a leader whose followers acknowledged
+	// first, the bootstrap entries). That is safe to apply (committed
+	// means durable on a quorum), but nothing durable may run ahead of the
+	// local WAL: the state machine commits, and snapshots are taken, only
+	// up to the persisted index published below after the write.
 	for _, rs := range rd.ReadStates {
 		n.finishRead(rs)
 	}
@@ -141,6 +147,13 @@ func (n *Node) handleReady() error {
 	}
 	if err := n.storage.Append(rd.Entries); err != nil {
 		return err
+	}
+	// After the write and the in-memory append: a snapshot waiting for
+	// this index finds the entries in storage.
+	if len(rd.Entries) > 0 {
+		n.publishPersisted(rd.Entries[len(rd.Entries)-1].GetIndex())
+	} else if !etcdraft.IsEmptySnap(rd.Snapshot) {
+		n.publishPersisted(rd.Snapshot.GetMetadata().GetIndex())
 	}
 	if rd.HardState != nil {
 		n.term.Store(rd.HardState.GetTerm())
@@ -229,12 +242,46 @@ func (n *Node) publishApplied(idx uint64) {
 	n.appliedMu.Unlock()
 }
 
+// publishPersisted tells the state machine, then snapshot waiters, that
+// the WAL durably holds the log up to idx. Called from the raft goroutine
+// (and by Start before it runs).
+func (n *Node) publishPersisted(idx uint64) {
+	n.sm.Persisted(idx)
+	n.persistedMu.Lock()
+	n.persisted.Store(idx)
+	close(n.persistedNotify)
+	n.persistedNotify = make(chan struct{})
+	n.persistedMu.Unlock()
+}
+
+// waitPersisted blocks until the WAL durably holds idx, or the node stops.
+func (n *Node) waitPersisted(idx uint64) error {
+	for {
+		n.persistedMu.Lock()
+		ch := n.persistedNotify
+		ok := n.persisted.Load() >= idx
+		n.persistedMu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-n.done:
+			return n.stopErr()
+		}
+	}
+}
+
 // snapshot makes the state machine durable at idx (and possibly beyond), records a snapshot
 // marker, trims the in-memory log and purges WAL segments. The order
 // matters: the WAL may drop entries only once the page store holds their
-// effects.
+// effects, and nothing is made durable or snapshotted before the WAL holds
+// idx (the apply goroutine may be ahead of the WAL by one Ready).
 func (n *Node) snapshot(idx uint64, cs *raftpb.ConfState) error {
 	start := time.Now()
+	if err := n.waitPersisted(idx); err != nil {
+		return err
+	}
 	if err := n.sm.Commit(); err != nil {
 		return err
 	}

@@ -25,8 +25,19 @@ type StateMachine interface {
 	// Apply applies committed entries, in index order, from a single
 	// goroutine. It must skip entries at or below ConsistentIndex.
 	Apply(ents []*raftpb.Entry)
-	// Commit makes everything applied so far durable, with its index.
+	// Commit makes what is applied durable, with its index, but never
+	// past the last index given to Persisted.
 	Commit() error
+	// Persisted tells the state machine that the local WAL durably holds
+	// the log up to index. Nothing durable may run ahead of the WAL:
+	// Apply may see entries the WAL has not yet made durable (raft lets
+	// committed entries through before the local write, and the WAL write
+	// may then fail), so the state machine must never make an index above
+	// the latest value durable, by Commit or on its own. Called from the
+	// raft goroutine, once before the first Apply and then after each
+	// successful WAL write that moves it; it can go down when a follower's
+	// uncommitted tail is replaced, never below an applied index.
+	Persisted(index uint64)
 }
 
 // Transport carries raft messages to peers. A single member has none.
@@ -115,10 +126,18 @@ type Node struct {
 	appliedMu     sync.Mutex
 	appliedNotify chan struct{} // closed and replaced on every apply
 
+	// persisted is the index up to which the WAL durably holds the log,
+	// published by the raft goroutine after each write (see
+	// publishPersisted); snapshots wait for it.
+	persisted       atomic.Uint64
+	persistedMu     sync.Mutex
+	persistedNotify chan struct{} // closed and replaced on every change
+
 	snapIndex    atomic.Uint64 // index of the newest snapshot
 	snapshotting atomic.Bool   // a background snapshot is running
 	snapWG       sync.WaitGroup
 
+	walLast         uint64   // the WAL's last index at Start
 	restoredVoters  []uint64 // voters known at restart, before replay
 	campaignOnStart bool
 }
@@ -157,16 +176,17 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, log: cfg.Logger, sm: cfg.StateMachine,
-		storage:       etcdraft.NewMemoryStorage(),
-		propc:         make(chan proposal, 4096),
-		recvc:         make(chan *raftpb.Message, 4096),
-		readc:         make(chan struct{}, 1),
-		applyc:        make(chan applyBatch, 64),
-		stopc:         make(chan struct{}),
-		done:          make(chan struct{}),
-		appliedDone:   make(chan struct{}),
-		readInflight:  map[uint64][]*readWaiter{},
-		appliedNotify: make(chan struct{}),
+		storage:         etcdraft.NewMemoryStorage(),
+		propc:           make(chan proposal, 4096),
+		recvc:           make(chan *raftpb.Message, 4096),
+		readc:           make(chan struct{}, 1),
+		applyc:          make(chan applyBatch, 64),
+		stopc:           make(chan struct{}),
+		done:            make(chan struct{}),
+		appliedDone:     make(chan struct{}),
+		readInflight:    map[uint64][]*readWaiter{},
+		appliedNotify:   make(chan struct{}),
+		persistedNotify: make(chan struct{}),
 	}
 	walOpts := cfg.WAL
 	if walOpts == nil {
@@ -211,6 +231,9 @@ func Start(cfg Config) (*Node, error) {
 	if cs := n.confState.Load(); cs == nil {
 		n.confState.Store(&raftpb.ConfState{})
 	}
+	// What the WAL holds now (nothing, for a new log: the bootstrap
+	// entries are written by the first Ready).
+	n.publishPersisted(n.walLast)
 	// A lone voter need not wait out an election timeout: it campaigns as
 	// soon as the bootstrap membership is applied (see run).
 	n.campaignOnStart = !restart && len(cfg.Peers) == 1 && cfg.Peers[0].ID == cfg.ID || n.soleVoter()
@@ -262,6 +285,7 @@ func (n *Node) restore(opts *wal.Options) error {
 		n.wal = nil
 		return err
 	}
+	n.walLast = last
 	commit := max(hs.GetCommit(), snap.Index, min(n.sm.ConsistentIndex(), last))
 	if commit != hs.GetCommit() {
 		hs = &raftpb.HardState{Term: proto.Uint64(hs.GetTerm()), Vote: proto.Uint64(hs.GetVote()), Commit: proto.Uint64(commit)}
@@ -409,9 +433,12 @@ func (n *Node) Err() error {
 	return nil
 }
 
+// fail stops the node on a fatal error. It logs at debug level only: the
+// node's owner learns of it through Done and Err and reports it once (the
+// server logs one fatal line and exits).
 func (n *Node) fail(err error) {
 	n.err.CompareAndSwap(nil, &err)
-	n.log.Error("raft node stopping on a fatal error", "error", err)
+	n.log.Debug("raft node stopping on a fatal error", "error", err)
 	n.stopOnce.Do(func() { close(n.stopc) })
 }
 

@@ -12,19 +12,24 @@ import (
 
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/strata-db/strata/wal"
 )
 
 // fileSM is a small durable state machine: it appends applied payloads to
 // a list and, on Commit, writes the list and its consistent index to a
-// file, the way the page store commits data and index together.
+// file, the way the page store commits data and index together, and, as
+// the page store does, never past the index the WAL holds (Persisted).
 type fileSM struct {
 	path string
 
 	mu      sync.Mutex
 	ci      uint64 // durable consistent index
 	applied uint64
+	durable uint64 // from Persisted
 	data    []string
-	dup     int // entries delivered twice past ci (must stay 0)
+	dataIdx []uint64 // the index of each data item
+	dup     int      // entries delivered twice past ci (must stay 0)
 }
 
 func openFileSM(t *testing.T, path string) *fileSM {
@@ -33,10 +38,11 @@ func openFileSM(t *testing.T, path string) *fileSM {
 	if err == nil && len(b) >= 8 {
 		sm.ci = binary.BigEndian.Uint64(b)
 		sm.applied = sm.ci
-		for rest := b[8:]; len(rest) >= 4; {
-			n := binary.BigEndian.Uint32(rest)
-			sm.data = append(sm.data, string(rest[4:4+n]))
-			rest = rest[4+n:]
+		for rest := b[8:]; len(rest) >= 12; {
+			n := binary.BigEndian.Uint32(rest[8:])
+			sm.dataIdx = append(sm.dataIdx, binary.BigEndian.Uint64(rest))
+			sm.data = append(sm.data, string(rest[12:12+n]))
+			rest = rest[12+n:]
 		}
 	} else if err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)
@@ -63,16 +69,31 @@ func (s *fileSM) Apply(ents []*raftpb.Entry) {
 		s.applied = e.GetIndex()
 		if e.GetType() == raftpb.EntryNormal && len(e.GetData()) > 0 {
 			s.data = append(s.data, string(e.GetData()))
+			s.dataIdx = append(s.dataIdx, e.GetIndex())
 		}
 	}
+}
+
+func (s *fileSM) Persisted(index uint64) {
+	s.mu.Lock()
+	s.durable = index
+	s.mu.Unlock()
 }
 
 func (s *fileSM) Commit() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	ci := min(s.applied, s.durable)
+	if ci < s.ci {
+		return nil
+	}
 	b := make([]byte, 8)
-	binary.BigEndian.PutUint64(b, s.applied)
-	for _, d := range s.data {
+	binary.BigEndian.PutUint64(b, ci)
+	for i, d := range s.data {
+		if s.dataIdx[i] > ci {
+			break
+		}
+		b = binary.BigEndian.AppendUint64(b, s.dataIdx[i])
 		b = binary.BigEndian.AppendUint32(b, uint32(len(d)))
 		b = append(b, d...)
 	}
@@ -83,7 +104,7 @@ func (s *fileSM) Commit() error {
 	if err := os.Rename(tmp, s.path); err != nil {
 		return err
 	}
-	s.ci = s.applied
+	s.ci = ci
 	return nil
 }
 
@@ -97,7 +118,12 @@ func startNode(t *testing.T, dir string, sm StateMachine, snapCount uint64) *Nod
 	t.Helper()
 	n, err := Start(Config{
 		ID: 1, ClusterID: 7, Peers: []etcdraft.Peer{{ID: 1}},
-		WALDir: filepath.Join(dir, "wal"), TickInterval: 10 * time.Millisecond,
+		WALDir: filepath.Join(dir, "wal"),
+		// 1 MiB segments: Open reads a whole segment twice (LastSnapshot,
+		// then the log), which for a 64 MiB zero-filled one took 0.5-1 s
+		// on a loaded disk and made the restart bound below flaky.
+		WAL:           &wal.Options{SegmentSize: 1 << 20},
+		TickInterval:  10 * time.Millisecond,
 		ElectionTicks: 10, HeartbeatTicks: 1, SnapshotCount: snapCount, CatchUpEntries: 5,
 		StateMachine: sm,
 	})

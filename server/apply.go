@@ -29,6 +29,9 @@ func (a *applier) ConsistentIndex() uint64 { return a.s.kv.ConsistentIndex() }
 
 func (a *applier) Commit() error { return a.s.be.ForceCommit() }
 
+// Persisted gates the backend's commits on what the WAL holds.
+func (a *applier) Persisted(index uint64) { a.s.be.SetDurableIndex(index) }
+
 func (a *applier) Apply(ents []*raftpb.Entry) {
 	for _, e := range ents {
 		idx, term := e.GetIndex(), e.GetTerm()
@@ -95,7 +98,7 @@ func (a *applier) dispatch(idx, term uint64, req *pb.InternalRaftRequest) applyR
 	switch {
 	case req.Alarm != nil:
 		w := s.be.BeginWrite()
-		r.resp = s.alarms.apply(w, req.Alarm)
+		r.resp = s.applyAlarm(w, req.Alarm)
 		w.End(idx, term)
 	case req.Put != nil:
 		r.resp, r.err = kv.Put(idx, term, req.Put)

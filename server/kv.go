@@ -71,6 +71,11 @@ func (s *Server) proposeAs(ctx context.Context, req *pb.InternalRaftRequest, ai 
 	if err := s.checkQuota(req); err != nil {
 		return applyResult{}, err
 	}
+	release, err := s.diskFull.admit(req)
+	if err != nil {
+		return applyResult{}, err
+	}
+	defer release()
 	id := s.reqIDs.next()
 	req.Header = &pb.RequestHeader{ID: id}
 	if ai != nil {

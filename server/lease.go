@@ -113,11 +113,40 @@ func (s *Server) renewLease(ctx context.Context, id int64) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if err := s.waitLeasePrimary(ctx); err != nil {
+		return 0, err
+	}
 	ttl, err := s.lessor.Renew(ctx, id)
 	if errors.Is(err, lease.ErrNotPrimary) {
 		return 0, errNoLeader
 	}
 	return ttl, err
+}
+
+// waitLeasePrimary returns once this member's lessor is the primary. A
+// member promotes its lessor shortly after it becomes leader (runLeases,
+// once the new term's entries are applied); a lease RPC arriving in that
+// gap waits for it, as the lease clocks only run on the primary, instead
+// of failing a client that etcd would have served.
+func (s *Server) waitLeasePrimary(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.requestTimeout())
+	defer cancel()
+	for {
+		if !s.node.IsLeader() {
+			return errNoLeader
+		}
+		promoted := s.lessor.PromotedC()
+		select {
+		case <-promoted:
+			return nil
+		case <-ctx.Done():
+			return readErr(ctx, ctx.Err())
+		case <-s.stopping:
+			return errStopped
+		case <-s.node.Done():
+			return errStopped
+		}
+	}
 }
 
 // LeaseTimeToLive checks permissions only when the keys are asked for,
@@ -134,8 +163,16 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 	if err := s.linearizableRead(ctx); err != nil {
 		return nil, toGRPCError(err)
 	}
+	if s.lessor.Exists(r.ID) {
+		if err := s.waitLeasePrimary(ctx); err != nil {
+			return nil, toGRPCError(err)
+		}
+	}
 	resp := &pb.LeaseTimeToLiveResponse{Header: s.header(0), ID: r.ID}
 	info, err := s.lessor.TimeToLive(r.ID, r.Keys)
+	if errors.Is(err, lease.ErrNotPrimary) {
+		err = errNoLeader // demoted meanwhile
+	}
 	if errors.Is(err, lease.ErrLeaseNotFound) {
 		resp.TTL = -1 // etcd: an unknown lease has TTL -1
 		return resp, nil

@@ -67,6 +67,7 @@ func (m *maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.
 	if err := s.checkAdmin(ctx); err != nil {
 		return nil, err
 	}
+	r.ProtoReflect().SetUnknown(nil) // only the member itself marks a disk-full alarm
 	res, err := s.propose(ctx, &pb.InternalRaftRequest{Alarm: r})
 	if err == nil {
 		err = res.err

@@ -124,6 +124,7 @@ func (m *metrics) register(s *Server) {
 	}
 	cs = append(cs, m.wal.Collectors()...)
 	cs = append(cs, s.disk.collectors()...)
+	cs = append(cs, s.diskFull.collectors()...)
 	for _, c := range cs {
 		m.reg.MustRegister(c)
 	}

@@ -130,9 +130,11 @@ func (s *Server) Serve() error {
 		go hsrv.Serve(l)
 		s.lg.Info("serving metrics", "address", u.String())
 	}
-	s.bg.Add(2)
+	s.bg.Add(3)
 	go func() { defer s.bg.Done(); s.runLeases() }()
 	go func() { defer s.bg.Done(); s.runAutoCompaction() }()
+	go func() { defer s.bg.Done(); s.diskFull.run() }()
+	go s.watchNode()
 	go func() {
 		s.waitReady()
 		select {

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
@@ -30,6 +31,7 @@ import (
 	"github.com/strata-db/strata/pagestore"
 	"github.com/strata-db/strata/raft"
 	"github.com/strata-db/strata/server/config"
+	"github.com/strata-db/strata/vfs"
 	"github.com/strata-db/strata/wal"
 )
 
@@ -64,6 +66,11 @@ type Server struct {
 	reqIDs  *idGenerator
 	metrics *metrics
 	disk    diskBatching // the start-up disk probe and the batching sized from it
+	// diskFull bounds and reports a backend that cannot commit (diskfull.go).
+	diskFull *diskFull
+	// fatalErr is why the member stopped by itself (fatal.go); set once.
+	fatalErr  atomic.Pointer[error]
+	fatalOnce sync.Once
 
 	grpc      *grpc.Server
 	httpSrv   []*http.Server
@@ -78,7 +85,17 @@ type Server struct {
 
 // New opens (or creates) the member's data and starts raft. Call Serve to
 // accept clients.
-func New(cfg *config.Config, lg *slog.Logger) (_ *Server, err error) {
+func New(cfg *config.Config, lg *slog.Logger) (*Server, error) {
+	return newServer(cfg, lg, storageHooks{})
+}
+
+// storageHooks lets tests put a vfs.FaultFS under the WAL and the page
+// store. The zero value is the operating system's file system.
+type storageHooks struct {
+	walFS, dbFS vfs.FS
+}
+
+func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Server, err error) {
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
@@ -99,15 +116,20 @@ func New(cfg *config.Config, lg *slog.Logger) (_ *Server, err error) {
 		return nil, err
 	}
 	s.metrics = newMetrics()
-	if s.db, err = pagestore.Open(cfg.BackendPath(), &pagestore.Options{Logger: lg}); err != nil {
+	if s.db, err = pagestore.Open(cfg.BackendPath(), &pagestore.Options{Logger: lg, FS: hooks.dbFS}); err != nil {
 		return nil, fmt.Errorf("open backend %s: %w", cfg.BackendPath(), err)
 	}
 	// After the page store's lock, so a second server on this data dir
 	// fails before it writes anything in the WAL dir.
 	s.disk = sizeBatching(cfg, lg)
+	s.diskFull = newDiskFull(s, cfg.BackendBacklogBytes)
 	s.be, err = mvcc.NewBackend(s.db, mvcc.BackendConfig{
 		BatchInterval: s.disk.backendBatchInterval, BatchLimit: cfg.BackendBatchLimit, Logger: lg,
 		OnCommit: s.metrics.observeBackendCommit,
+		// Commit early once a quarter of the backlog bound is pending, so
+		// a healthy disk never comes near the bound.
+		CommitBytes:    cfg.BackendBacklogBytes / 4,
+		OnCommitHealth: s.diskFull.onCommitHealth,
 	})
 	if err != nil {
 		return nil, err
@@ -131,6 +153,9 @@ func New(cfg *config.Config, lg *slog.Logger) (_ *Server, err error) {
 	if err := s.alarms.load(s.db); err != nil {
 		return nil, err
 	}
+	if err := s.diskFull.load(s.db); err != nil {
+		return nil, err
+	}
 	if err := s.bootstrapIDs(); err != nil {
 		return nil, err
 	}
@@ -148,7 +173,7 @@ func New(cfg *config.Config, lg *slog.Logger) (_ *Server, err error) {
 		ID: s.id, ClusterID: s.cluster, Peers: peers,
 		WALDir: cfg.WALDir(), StatePath: cfg.BackendPath(),
 		WAL: &wal.Options{MaxWALs: maxWALs, Logger: lg, Metrics: s.metrics.wal,
-			GroupCommitWindow: s.disk.walGroupCommitWindow},
+			GroupCommitWindow: s.disk.walGroupCommitWindow, FS: hooks.walFS},
 		TickInterval: cfg.HeartbeatInterval(), ElectionTicks: cfg.ElectionTicks(), HeartbeatTicks: 1,
 		SnapshotCount: cfg.SnapshotCount, CatchUpEntries: cfg.SnapshotCatchUpEntries,
 		PreVote:      cfg.PreVote,
@@ -299,7 +324,8 @@ func (s *Server) Stop() error {
 	return err
 }
 
-// Done is closed once Stop has finished.
+// Done is closed once Stop has finished, also when the member stopped by
+// itself on a fatal error (then Err says why).
 func (s *Server) Done() <-chan struct{} { return s.done }
 
 func (s *Server) closeStorage() error {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -57,11 +58,17 @@ func startMember(t *testing.T, dataDir string, extra ...string) *testMember {
 
 func startWithArgs(t *testing.T, args []string, client string) *testMember {
 	t.Helper()
+	return startHooked(t, args, client, nil, storageHooks{})
+}
+
+// startHooked is startWithArgs with a logger and fault-injecting storage.
+func startHooked(t *testing.T, args []string, client string, lg *slog.Logger, hooks storageHooks) *testMember {
+	t.Helper()
 	cfg, err := config.Parse(args, nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(cfg, nil)
+	s, err := newServer(cfg, lg, hooks)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,8 +37,8 @@ func (o Op) String() string {
 type Event struct {
 	Op   Op
 	Path string
-	Off  int64 // writes: the file offset of the first byte
-	Len  int   // writes: the number of bytes requested
+	Off  int64 // writes and preallocations: the file offset of the first byte
+	Len  int   // writes and preallocations: the number of bytes requested
 }
 
 // Fault is what a Hook injects into one operation.
@@ -212,5 +212,8 @@ func (f *faultFile) Truncate(size int64) error {
 }
 
 func (f *faultFile) Preallocate(off, n int64) error {
-	return f.fs.simple(OpPreallocate, f.Name(), func() error { return f.File.Preallocate(off, n) })
+	if flt := f.fs.check(Event{Op: OpPreallocate, Path: f.Name(), Off: off, Len: int(n)}); flt != nil && flt.Err != nil {
+		return flt.Err
+	}
+	return f.File.Preallocate(off, n)
 }

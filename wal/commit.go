@@ -18,31 +18,32 @@ import (
 var marshalOpts = proto.MarshalOptions{Deterministic: true}
 
 // batch is what accumulates between two writes of the syncer: the encoded
-// records of every unit enqueued meanwhile, where segments must be cut,
-// and who is waiting.
+// records of every unit enqueued meanwhile, where each unit starts (a
+// segment may be cut in front of any of them), and who is waiting.
 type batch struct {
 	// num is written into every record of the batch. It only advances past
 	// a batch that was fdatasync'd, so records numbered n+1 are always
 	// written after every record numbered n is durable (see scanSegment).
 	num      uint64
 	buf      []byte
-	cuts     []cutPoint // ascending by off
+	units    []unitMark // ascending by off
 	waiters  []*Future  // in enqueue order
 	needSync bool
 }
 
-// cutPoint says: after writing buf[:off], move to a new segment.
-type cutPoint struct {
+// unitMark is where a unit starts in a batch's buf, with what the head of
+// a segment cut in front of it needs.
+type unitMark struct {
 	off        int
-	seq        uint64
-	firstIndex uint64
-	head       []byte // the new segment's header and state records
+	firstIndex uint64            // the segment's name: its first entry's index
+	state      *raftpb.HardState // the hard state before the unit, for the head
 }
 
 func (b *batch) reset(num uint64) {
 	b.num = num
 	b.buf = b.buf[:0]
-	b.cuts = b.cuts[:0]
+	clear(b.units)
+	b.units = b.units[:0]
 	clear(b.waiters)
 	b.waiters = b.waiters[:0]
 	b.needSync = false
@@ -138,7 +139,7 @@ func (w *WAL) enqueueSave(st *raftpb.HardState, ents []*raftpb.Entry) *Future {
 		b.buf = appendRecord(b.buf, TypeState, b.num, data, -1, true)
 		w.state = proto.Clone(st).(*raftpb.HardState)
 	}
-	w.placeUnit(b, start, firstIndex, prevState)
+	b.units = append(b.units, unitMark{off: start, firstIndex: firstIndex, state: prevState})
 	if len(ents) > 0 {
 		w.lastIndex = ents[len(ents)-1].GetIndex()
 	}
@@ -157,7 +158,7 @@ func (w *WAL) SaveSnapshot(s Snapshot) error {
 	b := w.queue
 	start := len(b.buf)
 	b.buf = appendRecord(b.buf, TypeSnapshot, b.num, encodeSnapshot(s), -1, true)
-	w.placeUnit(b, start, w.lastIndex+1, w.state)
+	b.units = append(b.units, unitMark{off: start, firstIndex: w.lastIndex + 1, state: w.state})
 	if s.Index > w.lastIndex {
 		w.lastIndex = s.Index
 	}
@@ -186,24 +187,6 @@ func (w *WAL) checkOpen() error {
 		return ErrClosed
 	}
 	return nil
-}
-
-// placeUnit decides, for the unit just encoded at b.buf[start:], whether
-// the newest segment has room for it; if not, a cut goes in front of it.
-// A unit is never split across segments. Called with mu held.
-func (w *WAL) placeUnit(b *batch, start int, firstIndex uint64, stateBefore *raftpb.HardState) {
-	size := int64(len(b.buf) - start)
-	if w.segTail+size > w.opts.SegmentSize && w.segHasUnits {
-		saved := w.state
-		w.state = stateBefore
-		head := w.segmentHead(w.nextSeq, firstIndex, b.num)
-		w.state = saved
-		b.cuts = append(b.cuts, cutPoint{off: start, seq: w.nextSeq, firstIndex: firstIndex, head: head})
-		w.nextSeq++
-		w.segTail = int64(len(head))
-	}
-	w.segTail += size
-	w.segHasUnits = true
 }
 
 // enqueued registers a waiter for batch b and wakes the syncer. Called
@@ -300,11 +283,11 @@ func (w *WAL) runBatch(b *batch) {
 	}
 	elapsed := time.Since(start)
 	if err != nil {
+		// Not logged here: every waiter gets the error, and the owner of
+		// the log (the server) reports it once and exits.
 		w.mu.Lock()
 		if w.err == nil {
 			w.err = err
-			w.log.Error("WAL write failed; appends are refused until the WAL is reopened",
-				"file", w.curPath, "error", err)
 		}
 		w.mu.Unlock()
 		err = fmt.Errorf("%w: %w", ErrFailed, err)
@@ -352,24 +335,34 @@ func gatherWait(lastSync, window time.Duration) time.Duration {
 	return d
 }
 
-// writeBatch writes b's records, cutting segments where placeUnit said,
-// then fdatasyncs if any waiter needs it.
+// writeBatch writes b's records, then fdatasyncs if any waiter needs it.
+//
+// Segments are cut here, in front of the first unit that would end past
+// the current segment's preallocated size, if the preallocator has a
+// spare (a unit never spans two segments). Without a spare (the disk is
+// short of space) the unit goes into the current segment, which grows
+// past its size, and the next units try again, so the log moves to a new
+// segment as soon as one is ready. A segment that holds only its head is
+// never cut: a unit larger than a segment gets a segment of its own.
 func (w *WAL) writeBatch(b *batch) error {
 	pos := 0
-	for _, c := range b.cuts {
-		if err := w.write(b.buf[pos:c.off]); err != nil {
+	for i, u := range b.units {
+		end := len(b.buf)
+		if i+1 < len(b.units) {
+			end = b.units[i+1].off
+		}
+		start := w.curOff + int64(u.off-pos)
+		if start <= w.curHead || start+int64(end-u.off) <= w.curCap {
+			continue
+		}
+		pf := w.pre.tryTake()
+		if pf == nil {
+			continue
+		}
+		if err := w.cut(b, pos, u, pf); err != nil {
 			return err
 		}
-		pos = c.off
-		// Everything in the finished segment is durable before the next
-		// segment exists: recovery relies on only the last segment ever
-		// having a torn tail.
-		if err := w.timedSync(w.cur); err != nil {
-			return err
-		}
-		if err := w.installSegment(c.seq, c.firstIndex, c.head); err != nil {
-			return err
-		}
+		pos = u.off
 	}
 	if err := w.write(b.buf[pos:]); err != nil {
 		return err
@@ -380,12 +373,31 @@ func (w *WAL) writeBatch(b *batch) error {
 	return nil
 }
 
+// cut writes b.buf[pos:u.off] to the current segment, makes it durable and
+// installs pf as the next segment, whose first unit is u. Everything in
+// the finished segment is durable before the next segment exists:
+// recovery relies on only the last segment ever having a torn tail.
+func (w *WAL) cut(b *batch, pos int, u unitMark, pf *preparedFile) error {
+	err := w.write(b.buf[pos:u.off])
+	if err == nil {
+		err = w.timedSync(w.cur)
+	}
+	if err != nil {
+		pf.f.Close()
+		_ = w.fs.Remove(pf.f.Name())
+		return err
+	}
+	seq := w.curSeq + 1
+	return w.installSegment(seq, u.firstIndex, w.segmentHead(seq, u.firstIndex, b.num, u.state), pf)
+}
+
 func (w *WAL) write(p []byte) error {
 	if len(p) == 0 {
 		return nil
 	}
 	start := time.Now()
-	n, err := w.cur.WriteAt(p, w.curOff)
+	off := w.curOff
+	n, err := w.cur.WriteAt(p, off)
 	w.curOff += int64(n)
 	w.statBytes.Add(uint64(n))
 	w.opts.Metrics.observeWrite(time.Since(start), n)
@@ -393,7 +405,7 @@ func (w *WAL) write(p []byte) error {
 		err = io.ErrShortWrite
 	}
 	if err != nil {
-		return fmt.Errorf("wal: write %s at offset %d: %w", w.curPath, w.curOff, err)
+		return &IOError{Op: "write", File: w.curPath, Offset: off, Err: err}
 	}
 	return nil
 }
@@ -408,7 +420,7 @@ func (w *WAL) timedSync(f vfs.File) error {
 	w.statSyncs.Add(1)
 	w.opts.Metrics.observeFsync(d)
 	if err != nil {
-		return fmt.Errorf("wal: fdatasync %s: %w", f.Name(), err)
+		return &IOError{Op: "fdatasync", File: f.Name(), Offset: -1, Err: err}
 	}
 	if d > slowFsync {
 		w.log.Warn("slow fdatasync", "took", d, "expected-duration", slowFsync, "file", f.Name())

@@ -83,11 +83,13 @@
 //     an error matching ErrCorrupt that names the file and the offset.
 //     Records are never skipped.
 //  5. A failed write or fdatasync (ENOSPC, EIO) fails every waiter of the
-//     batch and every later append with ErrFailed. The syncer writes
-//     nothing more, so whatever partial bytes reached the file are a torn
-//     tail for the next Open. On Linux a failed fdatasync may have dropped
-//     dirty pages, so retrying it would be unsafe; reopening rereads the
-//     file from disk instead.
+//     batch and every later append with ErrFailed wrapping an *IOError
+//     that names the file. The syncer writes nothing more, so whatever
+//     partial bytes reached the file are a torn tail for the next Open. On
+//     Linux a failed fdatasync may have dropped dirty pages, so retrying
+//     it would be unsafe; reopening rereads the file from disk instead.
+//     The WAL does not log the failure: its owner does, once (the server
+//     exits with one fatal line, and its supervisor restarts it).
 //  6. Open fdatasyncs the last segment before appending, so entries it
 //     returns (which may have been only in the page cache of a process
 //     that was killed) are durable before raft treats them as persisted.

@@ -304,19 +304,6 @@ func TestInjectedFailures(t *testing.T) {
 				return nil
 			}
 		}, syscall.EIO},
-		{"enospc-preallocating-next-segment", func() vfs.Hook {
-			n := 0
-			return func(ev vfs.Event) *vfs.Fault {
-				if ev.Op == vfs.OpWrite && strings.HasSuffix(ev.Path, tmpSuffix) {
-					// The first segment of Create is prepared before the
-					// hook sees 16 writes; the second fails.
-					if n++; n > 16 {
-						return &vfs.Fault{Err: vfs.ENOSPC}
-					}
-				}
-				return nil
-			}
-		}, syscall.ENOSPC},
 		{"torn-write-then-crash", func() vfs.Hook {
 			n := 0
 			return func(ev vfs.Event) *vfs.Fault {
@@ -339,6 +326,10 @@ func TestInjectedFailures(t *testing.T) {
 			acked, err := saveUntilError(t, w, 10000)
 			if !errors.Is(err, ErrFailed) || !errors.Is(err, tc.want) {
 				t.Fatalf("append error %v, want ErrFailed wrapping %v", err, tc.want)
+			}
+			var ioErr *IOError
+			if !errors.As(err, &ioErr) || !strings.HasSuffix(ioErr.File, ".wal") {
+				t.Fatalf("append error %v does not name the segment file", err)
 			}
 			if acked == 0 {
 				t.Fatal("failure injected before any append succeeded")

@@ -2,6 +2,7 @@ package wal
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -45,13 +46,37 @@ var (
 	ErrTooLarge = errors.New("wal: record larger than MaxRecordSize")
 )
 
+// IOError is a failed write or fdatasync of a WAL file. After one the WAL
+// is failed: appends return ErrFailed wrapping the IOError, whose Err is
+// the operating system's error (match syscall.ENOSPC or syscall.EIO with
+// errors.Is).
+type IOError struct {
+	Op     string // "write" or "fdatasync"
+	File   string
+	Offset int64 // of the write; -1 for fdatasync
+	Err    error
+}
+
+func (e *IOError) Error() string {
+	if e.Offset < 0 {
+		return fmt.Sprintf("wal: %s %s: %v", e.Op, e.File, e.Err)
+	}
+	return fmt.Sprintf("wal: %s %s at offset %d: %v", e.Op, e.File, e.Offset, e.Err)
+}
+
+func (e *IOError) Unwrap() error { return e.Err }
+
 // Options configure a WAL. The zero value is usable.
 type Options struct {
 	// FS does all file I/O. Default: vfs.Default. Tests pass a FaultFS.
 	FS vfs.FS
 	// SegmentSize is the size in bytes at which the log moves to a new,
 	// preallocated segment. Default: 64 MiB. A single unit larger than it
-	// gets a segment of its own that grows past this size.
+	// gets a segment of its own that grows past this size. On a disk
+	// without room for a full segment, smaller ones are used (down to
+	// 1 MiB, at most half the free space) and, while not even those fit,
+	// the current segment grows past this size; full-size segments resume
+	// once space returns.
 	SegmentSize int64
 	// MaxWALs is how many segments Purge keeps. Default (0): 5. Negative
 	// keeps every segment (etcd's --max-wals=0).

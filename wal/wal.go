@@ -43,7 +43,7 @@ type WAL struct {
 	// recovered is what Open read, handed out once by ReadAll.
 	recovered *recovered
 
-	// mu guards the enqueue side: the fields from here to segTail. Callers
+	// mu guards the enqueue side: the fields from here to scratch. Callers
 	// encode their records into queue under mu; the syncer swaps queue
 	// for an empty batch under mu and then writes without holding it, so
 	// appenders never wait for I/O to enqueue.
@@ -54,8 +54,8 @@ type WAL struct {
 	err     error      // sticky: set once by a failed write or sync
 	closing bool
 	// busy is set while a batch is being written and synced, by the
-	// syncer or an inline caller; whoever sets it owns cur, curPath and
-	// curOff until clearing it.
+	// syncer or an inline caller; whoever sets it owns the fields from cur
+	// to curCap until clearing it.
 	busy          bool
 	prevWaiters   int               // waiters released by the last batch
 	lastBatchTime time.Duration     // write-and-sync time of the last batch
@@ -63,19 +63,23 @@ type WAL struct {
 	// lastIndex is the index of the last entry enqueued, or of the
 	// snapshot the log was opened at if none since.
 	lastIndex uint64
-	nextSeq   uint64 // sequence number of the next segment to cut
-	// segTail is where the newest segment will end once every enqueued
-	// byte is written; cut decisions are made against it at enqueue time.
-	segTail int64
-	// segHasUnits is false while the newest segment holds only its head,
-	// which is never cut.
-	segHasUnits bool
-	scratch     []byte // marshal buffer for entries
+	scratch   []byte // marshal buffer for entries
 
-	// Owned by whoever holds busy (by Open before the syncer starts).
+	// Owned by whoever holds busy (by Open and Create before the syncer
+	// starts). Segment cuts are decided here, at write time, because only
+	// the writer knows whether a spare segment is ready (see writeBatch).
 	cur     vfs.File
 	curPath string
-	curOff  int64 // bytes of cur that hold records
+	curOff  int64  // bytes of cur that hold records
+	curSeq  uint64 // sequence number of cur
+	// curHead is where cur's first unit starts (its head's length); a
+	// segment holding only its head is never cut. 0 when unknown (after
+	// Open), which counts as holding units.
+	curHead int64
+	// curCap is the size cur was preallocated to: a unit that would end
+	// past it goes to a new segment if a spare is ready, and past it into
+	// cur otherwise.
+	curCap int64
 
 	// segMu guards segs. The syncer appends on cut; Purge removes.
 	segMu sync.Mutex
@@ -146,19 +150,23 @@ func Create(dir string, metadata []byte, opts *Options) (*WAL, error) {
 	if err := removeTempFiles(o.FS, dir); err != nil {
 		return nil, err
 	}
-	w.pre = startPreallocator(o.FS, dir, o.SegmentSize, !o.NoZeroFill)
-	head := w.segmentHead(0, 0, 0)
-	if err := w.installSegment(0, 0, head); err != nil {
+	w.pre = startPreallocator(o.FS, dir, o.SegmentSize, !o.NoZeroFill, o.Logger)
+	pf, err := w.pre.takeFirst()
+	if err != nil {
+		return nil, err
+	}
+	// A first segment smaller than SegmentSize (a small disk) was logged
+	// by the preallocator; later segments grow back to full size.
+	if err := w.installSegment(0, 0, w.segmentHead(0, 0, 0, w.state), pf); err != nil {
 		return nil, err
 	}
 	// The directory entry of dir itself must survive a crash too.
 	if err := o.FS.SyncDir(filepath.Dir(filepath.Clean(dir))); err != nil {
 		return nil, err
 	}
-	w.nextSeq, w.segTail = 1, int64(len(head))
 	w.startSyncer()
 	ok = true
-	w.log.Info("created WAL", "dir", dir, "segment-size", o.SegmentSize)
+	w.log.Info("created WAL", "dir", dir, "segment-size", o.SegmentSize, "first-segment-size", w.curCap)
 	return w, nil
 }
 
@@ -174,30 +182,27 @@ func newWAL(dir string, o Options, lock io.Closer, metadata []byte) *WAL {
 }
 
 // segmentHead encodes the records that open a segment: its header and the
-// current hard state, so reading can start at any segment.
-func (w *WAL) segmentHead(seq, firstIndex, batchNum uint64) []byte {
+// hard state current at the cut, so reading can start at any segment.
+func (w *WAL) segmentHead(seq, firstIndex, batchNum uint64, state *raftpb.HardState) []byte {
 	h := segmentHeader{seq: seq, firstIndex: firstIndex, metadata: w.metadata}
 	b := appendRecord(nil, typeSegment, batchNum, h.marshal(), -1, true)
-	if !raft.IsEmptyHardState(w.state) {
-		st, _ := marshalOpts.Marshal(w.state) // HardState marshaling cannot fail
+	if !raft.IsEmptyHardState(state) {
+		st, _ := marshalOpts.Marshal(state) // HardState marshaling cannot fail
 		b = appendRecord(b, TypeState, batchNum, st, -1, true)
 	}
 	return b
 }
 
-// installSegment takes a prepared file, writes head into it, makes it
-// durable, and renames it into place as segment seq. Order: data, then
-// fdatasync, then rename, then directory fsync, so a segment name never
-// points at a file without its header.
-func (w *WAL) installSegment(seq, firstIndex uint64, head []byte) error {
-	f, err := w.pre.take()
-	if err != nil {
-		return fmt.Errorf("wal: prepare segment: %w", err)
-	}
+// installSegment writes head into the prepared file pf, makes it durable,
+// and renames it into place as segment seq. Order: data, then fdatasync,
+// then rename, then directory fsync, so a segment name never points at a
+// file without its header. pf is consumed, also on error.
+func (w *WAL) installSegment(seq, firstIndex uint64, head []byte, pf *preparedFile) error {
+	f := pf.f
 	tmp := f.Name()
 	if _, err := f.WriteAt(head, 0); err != nil {
 		f.Close()
-		return fmt.Errorf("wal: write segment header: %w", err)
+		return &IOError{Op: "write", File: tmp, Err: err}
 	}
 	if err := w.timedSync(f); err != nil {
 		f.Close()
@@ -215,13 +220,15 @@ func (w *WAL) installSegment(seq, firstIndex uint64, head []byte) error {
 	// Reopen under the final name, so the file's name (in errors, logs and
 	// fault-injection events) is the segment's.
 	f.Close()
-	if f, err = w.fs.OpenFile(path, os.O_RDWR, 0); err != nil {
+	f, err := w.fs.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
 		return fmt.Errorf("wal: open new segment: %w", err)
 	}
 	if w.cur != nil {
 		w.cur.Close()
 	}
 	w.cur, w.curPath, w.curOff = f, path, int64(len(head))
+	w.curSeq, w.curHead, w.curCap = seq, int64(len(head)), pf.size
 	w.segMu.Lock()
 	w.segs = append(w.segs, segmentInfo{seq: seq, firstIndex: firstIndex, path: path})
 	w.segMu.Unlock()
@@ -279,11 +286,14 @@ func Open(dir string, snap Snapshot, opts *Options) (*WAL, error) {
 		w.lastIndex = r.ents[n-1].GetIndex()
 	}
 	w.queue.num = r.lastBatch + 1
-	w.nextSeq = last.seq + 1
-	w.segTail = r.tail
-	w.segHasUnits = true
+	w.curSeq, w.curHead, w.curCap = last.seq, 0, o.SegmentSize
+	if size, err := f.Size(); err == nil && !o.NoZeroFill && size > 0 && size < o.SegmentSize {
+		// A zero-filled segment's size is what it was preallocated to: a
+		// smaller one was cut on a disk short of space.
+		w.curCap = size
+	}
 	w.segs = r.allSegs
-	w.pre = startPreallocator(o.FS, dir, o.SegmentSize, !o.NoZeroFill)
+	w.pre = startPreallocator(o.FS, dir, o.SegmentSize, !o.NoZeroFill, o.Logger)
 	w.startSyncer()
 	ok = true
 	return w, nil

@@ -57,7 +57,15 @@ func run() int {
 		lg.Info("received signal; shutting down", "signal", sig.String())
 	case <-s.Done():
 	}
-	if err := s.Stop(); err != nil {
+	err = s.Stop()
+	if s.Err() != nil {
+		// The member stopped by itself on a fatal error, which it logged
+		// (one fatal line naming the cause, the file and what to do). A
+		// non-zero exit lets systemd or the kubelet restart it; the WAL
+		// holds every acknowledged write.
+		return 1
+	}
+	if err != nil {
 		lg.Error("error during shutdown", "error", err)
 		return 1
 	}

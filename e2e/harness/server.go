@@ -29,6 +29,9 @@ type ServerConfig struct {
 	// Dir is a directory owned by this server; the data dir and the log go
 	// inside it. Required.
 	Dir string
+	// DataDir overrides the data dir (default Dir/<name>.data), for a data
+	// dir on a file system of its own while the log stays in Dir.
+	DataDir string
 	// Flags are extra flags appended after the ones the harness sets
 	// (--name, --data-dir, the URLs and --initial-cluster*).
 	Flags []string
@@ -85,9 +88,13 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("harness: %w", err)
 	}
+	dataDir := cfg.DataDir
+	if dataDir == "" {
+		dataDir = filepath.Join(cfg.Dir, cfg.Name+".data")
+	}
 	s := &Server{
 		cfg:     cfg,
-		DataDir: filepath.Join(cfg.Dir, cfg.Name+".data"),
+		DataDir: dataDir,
 		LogPath: filepath.Join(cfg.Dir, cfg.Name+".log"),
 	}
 	if err := s.pickPorts(); err != nil {
@@ -259,6 +266,37 @@ func (s *Server) Restart() error {
 		return err
 	}
 	return s.start()
+}
+
+// Pid is the running process's id, or 0.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// WaitExit waits up to timeout for the process to exit by itself (a server
+// that stops on a fatal error) and returns its exit code (-1 if a signal
+// ended it). The server can then be started again, as a supervisor would.
+func (s *Server) WaitExit(timeout time.Duration) (int, error) {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
+	if cmd == nil {
+		return 0, errors.New("harness: server not running")
+	}
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		return 0, fmt.Errorf("harness: %s still running after %v", s.cfg.Bin, timeout)
+	}
+	s.mu.Lock()
+	s.cmd, s.done = nil, nil
+	s.mu.Unlock()
+	return cmd.ProcessState.ExitCode(), nil
 }
 
 // Running reports whether the process is alive.

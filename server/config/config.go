@@ -29,6 +29,7 @@ const (
 	DefaultMaxConcurrentStreams        = ^uint32(0)
 	DefaultBackendBatchInterval        = 100 * time.Millisecond
 	DefaultBackendBatchLimit           = 10000
+	DefaultBackendBacklogBytes         = int64(64 << 20)
 	DefaultGRPCKeepAliveMinTime        = 5 * time.Second
 	DefaultGRPCKeepAliveInterval       = 2 * time.Hour
 	DefaultGRPCKeepAliveTimeout        = 20 * time.Second
@@ -156,6 +157,14 @@ type Config struct {
 	// MaxConcurrentStreams caps gRPC streams per client connection.
 	// Default 2^32-1 (no limit).
 	MaxConcurrentStreams uint32 `json:"max-concurrent-streams"`
+	// BackendBacklogBytes bounds the acknowledged writes held in memory
+	// while page-store commits fail (a full data disk; Strata only): past
+	// it new writes are refused with NOSPACE ("mvcc: database space
+	// exceeded"), while reads and deletes keep working. The writes held
+	// are safe in the WAL either way; the bound keeps the member from
+	// running out of memory. Default 64 MiB; 0 also means 64 MiB. Raise
+	// it only with memory to spare.
+	BackendBacklogBytes int64 `json:"backend-backlog-bytes"`
 	// DiskProbe measures fdatasync latency of the WAL directory at start and
 	// sizes group commit and batching from it (Strata only). Default true;
 	// turn it off for tests on tmpfs or when start-up time matters.
@@ -405,6 +414,7 @@ func Default() *Config {
 		MaxRequestBytes:            DefaultMaxRequestBytes,
 		MaxConcurrentStreams:       DefaultMaxConcurrentStreams,
 		DiskProbe:                  true,
+		BackendBacklogBytes:        DefaultBackendBacklogBytes,
 		GRPCKeepAliveMinTime:       DefaultGRPCKeepAliveMinTime,
 		GRPCKeepAliveInterval:      DefaultGRPCKeepAliveInterval,
 		GRPCKeepAliveTimeout:       DefaultGRPCKeepAliveTimeout,

@@ -72,5 +72,5 @@
 //     --initial-advertise-peer-urls while parsing (etcd checks at
 //     bootstrap, and resolves host names when comparing).
 //   - Logs are slog JSON records shaped like etcd's zap output.
-//   - --disk-probe is Strata's own.
+//   - --disk-probe and --backend-backlog-bytes are Strata's own.
 package config

@@ -64,7 +64,8 @@ func ustrs(f func(c *Config) *[]string) func(*Config, *parseState) flag.Value {
 // flagDefs is every flag Strata accepts: all of etcd 3.7.3's server flags
 // (embed.Config.AddFlags plus etcdmain's newConfig), the 3.5/3.6
 // --experimental-* spellings as legacy aliases, the 3.5-only flags etcd
-// has since dropped (see removedFlags), and --disk-probe.
+// has since dropped (see removedFlags), and Strata's own (--disk-probe,
+// --backend-backlog-bytes).
 var flagDefs = []flagDef{
 	// Member
 	{gMember, "name", "Human-readable name of this member.", str(func(c *Config) *string { return &c.Name }), nil},
@@ -205,6 +206,7 @@ var flagDefs = []flagDef{
 
 	// Strata
 	{gStrata, "disk-probe", "Measure WAL fdatasync latency at start and size batching from it.", boolean(func(c *Config) *bool { return &c.DiskProbe }), nil},
+	{gStrata, "backend-backlog-bytes", "Most bytes of acknowledged writes held in memory while backend commits fail (a full data disk); past it writes get NOSPACE. 0 = 64 MiB.", func(c *Config, _ *parseState) flag.Value { return (*int64Value)(&c.BackendBacklogBytes) }, nil},
 }
 
 // ignoredFlags are flags etcd 3.7 registers and ignores (etcdmain's

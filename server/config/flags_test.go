@@ -185,7 +185,8 @@ var everyFlag = map[string]flagCase{
 	"discovery":                {value: ""},
 	"discovery-proxy":          {value: "http://proxy:8080"},
 	// Strata
-	"disk-probe": {value: "false"},
+	"disk-probe":            {value: "false"},
+	"backend-backlog-bytes": {value: "16777216"},
 }
 
 func TestEveryFlagAccepted(t *testing.T) {

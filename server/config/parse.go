@@ -343,6 +343,9 @@ func finish(c *Config, p *parseState) {
 	if c.BackendBatchLimit == 0 {
 		c.BackendBatchLimit = DefaultBackendBatchLimit
 	}
+	if c.BackendBacklogBytes == 0 {
+		c.BackendBacklogBytes = DefaultBackendBacklogBytes
+	}
 	if c.CompactionBatchLimit == 0 {
 		c.CompactionBatchLimit = DefaultCompactionBatchLimit
 	}

@@ -55,6 +55,7 @@ func TestDefaults(t *testing.T) {
 		{"tls-min-version", c.TLSMinVersion, "TLS1.2"},
 		{"enable-pprof", c.EnablePprof, false},
 		{"disk-probe", c.DiskProbe, true},
+		{"backend-backlog-bytes", c.BackendBacklogBytes, int64(64 << 20)},
 		{"pre-vote", c.PreVote, true},
 		{"strict-reconfig-check", c.StrictReconfigCheck, true},
 		{"enable-grpc-gateway", c.EnableGRPCGateway, true},
@@ -132,7 +133,8 @@ func TestHelpAndVersion(t *testing.T) {
 	}
 	h := Help()
 	for _, want := range []string{"--listen-client-urls 'http://localhost:2379'", "--data-dir '${name}.strata'",
-		"--experimental-watch-progress-notify-interval -> --watch-progress-notify-interval", "InitialCorruptCheck=true|false", "--disk-probe 'true'"} {
+		"--experimental-watch-progress-notify-interval -> --watch-progress-notify-interval", "InitialCorruptCheck=true|false", "--disk-probe 'true'",
+		"--backend-backlog-bytes '67108864'"} {
 		if !strings.Contains(h, want) {
 			t.Errorf("Help() lacks %q", want)
 		}

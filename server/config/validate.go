@@ -38,6 +38,7 @@ func (c *Config) Validate() error {
 		c.validateFeatures,
 		c.validateTLS,
 		c.validateAuth,
+		c.validateStrata,
 	}
 	for _, check := range checks {
 		if err := check(); err != nil {
@@ -109,6 +110,14 @@ func (c *Config) validateURLs() error {
 				return fmt.Errorf("cannot bind both --listen-client-urls and --listen-client-http-urls on the same url %s", h.String())
 			}
 		}
+	}
+	return nil
+}
+
+// validateStrata checks Strata's own settings.
+func (c *Config) validateStrata() error {
+	if c.BackendBacklogBytes < 0 {
+		return fmt.Errorf("--backend-backlog-bytes %d must not be negative", c.BackendBacklogBytes)
 	}
 	return nil
 }

@@ -1,0 +1,336 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/strata-db/strata/vfs"
+)
+
+// Preallocation retry schedule after a failure: the first retry after
+// preallocBackoffMin, doubling up to preallocBackoffMax. Variables so the
+// package's tests can shorten them; read once per preallocator.
+var (
+	preallocBackoffMin = 100 * time.Millisecond
+	preallocBackoffMax = 5 * time.Second
+)
+
+// minSegmentFloor is the smallest segment the preallocator falls back to
+// when the disk has no room for a full one (never more than SegmentSize).
+const minSegmentFloor = 1 << 20
+
+// preallocator prepares the next segment file off the hot path: it creates
+// a temporary file, fills it to the segment size (with zeros, unless
+// disabled) and fdatasyncs it, so that appends into it overwrite allocated,
+// written blocks and fdatasync has no metadata to flush.
+//
+// Exactly one file is prepared ahead: the spare. When the syncer takes it,
+// the preallocator starts on the next one.
+//
+// A disk short of space does not stop the log:
+//   - If a full-size file does not fit (ENOSPC, EDQUOT), smaller ones are
+//     tried, halving down to minSize, but never taking more than half of
+//     the free space the file system reports; the next preparation tries
+//     the full size again, so segments grow back once space returns.
+//   - If nothing fits, or the disk fails otherwise, the attempt's file is
+//     removed, the failure is logged once, and preparation is retried with
+//     exponential backoff. Meanwhile the syncer does not wait for a spare:
+//     it keeps appending to the current segment past its size (see
+//     WAL.writeBatch) and cuts at the first unit boundary after a spare is
+//     ready. A failed preparation is not a failed write.
+//
+// Lock protocol: mu guards every field below it; run is the only writer of
+// n, and of ready (set), failing and lastErr; takers clear ready and wake
+// run through cond.
+type preallocator struct {
+	fs       vfs.FS
+	dir      string
+	size     int64 // the full segment size
+	minSize  int64
+	zeroFill bool
+	log      *slog.Logger
+	// freeSpace reports the bytes available to the WAL directory's file
+	// system, if known; a hint that keeps a reduced segment from taking
+	// the last free bytes (the page store may share the disk).
+	freeSpace              func(dir string) (int64, bool)
+	backoffMin, backoffMax time.Duration
+
+	stop chan struct{} // closed by close
+	done chan struct{} // closed when run returns
+
+	mu   sync.Mutex
+	cond *sync.Cond
+	// ready is the prepared spare, or nil.
+	ready *preparedFile
+	// failing is set when the latest preparation failed and cleared by the
+	// next success; takers do not wait for an attempt while it is set.
+	failing bool
+	lastErr error
+	// attempts counts finished preparations (success or failure).
+	attempts int
+	stopped  bool
+	n        int // files created so far, for unique temporary names
+	// reduced is set while the last prepared file was smaller than size,
+	// so the return to full-size segments is logged once.
+	reduced bool
+}
+
+// preparedFile is a temporary segment file ready to be installed.
+type preparedFile struct {
+	f    vfs.File
+	size int64
+}
+
+// tmpSuffix ends the names of prepared segment files. Each prepared file
+// gets a fresh name, so the preallocator never touches a file the writer
+// has taken but not yet renamed. Open removes any left behind by a crash.
+const tmpSuffix = ".wal.tmp"
+
+func startPreallocator(fs vfs.FS, dir string, size int64, zeroFill bool, log *slog.Logger) *preallocator {
+	p := &preallocator{
+		fs: fs, dir: dir, size: size, minSize: min(size, minSegmentFloor), zeroFill: zeroFill, log: log,
+		freeSpace:  statfsFree,
+		backoffMin: preallocBackoffMin, backoffMax: preallocBackoffMax,
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	p.cond = sync.NewCond(&p.mu)
+	go p.run()
+	return p
+}
+
+func (p *preallocator) run() {
+	defer close(p.done)
+	backoff := p.backoffMin
+	loggedFailure := false
+	for {
+		p.mu.Lock()
+		for p.ready != nil && !p.stopped {
+			p.cond.Wait()
+		}
+		if p.stopped {
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+
+		pf, err := p.prepareFitting()
+
+		p.mu.Lock()
+		if p.stopped {
+			p.mu.Unlock()
+			p.discard(pf)
+			return
+		}
+		p.attempts++
+		if err == nil {
+			p.ready = pf
+			wasFailing, wasReduced := p.failing, p.reduced
+			p.failing, p.lastErr = false, nil
+			p.reduced = pf.size < p.size
+			p.cond.Broadcast()
+			p.mu.Unlock()
+			switch {
+			case wasFailing:
+				p.log.Info("preallocated the next WAL segment again; the log moves to it at the next append",
+					"dir", p.dir, "segment-size", pf.size)
+			case p.reduced && !wasReduced:
+				p.log.Warn("the WAL disk has no room for a full segment; using a smaller one until space returns",
+					"dir", p.dir, "segment-size", pf.size, "wanted", p.size)
+			case !p.reduced && wasReduced:
+				p.log.Info("the WAL disk has room again; back to full-size segments", "dir", p.dir, "segment-size", pf.size)
+			}
+			loggedFailure = false
+			backoff = p.backoffMin
+			continue
+		}
+		p.failing, p.lastErr = true, err
+		p.cond.Broadcast()
+		p.mu.Unlock()
+		if !loggedFailure {
+			loggedFailure = true
+			p.log.Warn("cannot preallocate the next WAL segment; appending to the current segment past its size "+
+				"and retrying with backoff (free space on the WAL disk)",
+				"dir", p.dir, "segment-size", p.size, "error", err)
+		}
+		select {
+		case <-time.After(backoff):
+		case <-p.stop:
+			return
+		}
+		backoff = min(2*backoff, p.backoffMax)
+	}
+}
+
+// prepareFitting prepares a full-size file or, if the disk is out of
+// space, the largest smaller one that fits (see preallocator).
+func (p *preallocator) prepareFitting() (*preparedFile, error) {
+	size := p.size
+	f, err := p.prepare(size)
+	for err != nil && isNoSpace(err) {
+		size /= 2
+		if free, ok := p.freeSpace(p.dir); ok {
+			for size >= p.minSize && size > free/2 {
+				size /= 2
+			}
+		}
+		if size < p.minSize {
+			break
+		}
+		f, err = p.prepare(size)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &preparedFile{f: f, size: size}, nil
+}
+
+// prepare builds one temporary segment file of size bytes. On failure the
+// file is removed, so a full disk does not keep a partial file.
+func (p *preallocator) prepare(size int64) (vfs.File, error) {
+	p.n++
+	path := filepath.Join(p.dir, fmt.Sprintf("prealloc-%d%s", p.n, tmpSuffix))
+	f, err := p.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := fillFile(f, size, p.zeroFill, p.stop); err != nil {
+		f.Close()
+		if rerr := p.fs.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			err = errors.Join(err, rerr)
+		}
+		return nil, err
+	}
+	return f, nil
+}
+
+func (p *preallocator) discard(pf *preparedFile) {
+	if pf != nil {
+		pf.f.Close()
+		_ = p.fs.Remove(pf.f.Name())
+	}
+}
+
+// isNoSpace reports whether err means the file system is out of space or
+// quota, the errors a smaller file may avoid.
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// statfsFree returns the bytes available to unprivileged users on dir's
+// file system.
+func statfsFree(dir string) (int64, bool) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, false
+	}
+	return int64(st.Bavail) * int64(st.Bsize), true
+}
+
+// fillFile reserves size bytes for f. With zeroFill it writes zeros and
+// fdatasyncs, so later appends are plain overwrites.
+func fillFile(f vfs.File, size int64, zeroFill bool, stop <-chan struct{}) error {
+	if err := f.Preallocate(0, size); err != nil {
+		return err
+	}
+	if !zeroFill {
+		return nil
+	}
+	const chunk = 1 << 20
+	zero := make([]byte, chunk)
+	for off := int64(0); off < size; off += chunk {
+		select {
+		case <-stop:
+			return fmt.Errorf("wal: preallocation stopped")
+		default:
+		}
+		n := int64(chunk)
+		if size-off < n {
+			n = size - off
+		}
+		if _, err := f.WriteAt(zero[:n], off); err != nil {
+			return err
+		}
+	}
+	return f.Sync()
+}
+
+// takeFirst returns a prepared file for the first segment of a new log,
+// waiting for the preallocator's first attempt. It fails only when not
+// even a minimum-size file fits.
+func (p *preallocator) takeFirst() (*preparedFile, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.ready == nil && p.attempts == 0 && !p.stopped {
+		p.cond.Wait()
+	}
+	if p.ready == nil {
+		if p.lastErr == nil {
+			return nil, fmt.Errorf("wal: preallocator closed")
+		}
+		return nil, fmt.Errorf("wal: cannot create the first segment in %s (at least %d bytes): %w", p.dir, p.minSize, p.lastErr)
+	}
+	return p.takeLocked(), nil
+}
+
+// tryTake returns the spare for a segment cut, or nil if there is none to
+// be had now. While preparation is healthy it waits for the attempt in
+// progress, as a cut always did; while preparation is failing it returns
+// at once, so the syncer keeps appending to the current segment.
+func (p *preallocator) tryTake() *preparedFile {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.ready == nil && !p.failing && !p.stopped {
+		p.cond.Wait()
+	}
+	if p.ready == nil {
+		return nil
+	}
+	return p.takeLocked()
+}
+
+func (p *preallocator) takeLocked() *preparedFile {
+	pf := p.ready
+	p.ready = nil
+	p.cond.Broadcast() // run prepares the next spare
+	return pf
+}
+
+func (p *preallocator) close() {
+	p.mu.Lock()
+	p.stopped = true
+	p.cond.Broadcast()
+	p.mu.Unlock()
+	close(p.stop)
+	<-p.done
+	p.mu.Lock()
+	pf := p.ready
+	p.ready = nil
+	p.mu.Unlock()
+	p.discard(pf)
+}
+
+// removeTempFiles deletes prepared segment files left by a crash.
+func removeTempFiles(fs vfs.FS, dir string) error {
+	ents, err := fs.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), tmpSuffix) {
+			if err := fs.Remove(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
