@@ -1,8 +1,11 @@
 package mvcc
 
 import (
+	"errors"
 	"sync/atomic"
 	"time"
+
+	"github.com/strata-db/strata/pagestore"
 )
 
 // Failing commits (a full page-store disk, an I/O error) leave every
@@ -67,6 +70,12 @@ func (b *Backend) noteFailure(err error, now time.Time) {
 			h.onChange(err)
 		}
 	} else {
+		if h.onChange != nil && errors.Is(err, pagestore.ErrFailed) {
+			// The page store failed for good during the streak (a failed
+			// meta restore): the owner must hear it, or it would wait for
+			// a recovery that retrying can never bring.
+			h.onChange(err)
+		}
 		h.backoff = min(2*h.backoff, max(retryMax, b.interval))
 		if now.Sub(h.lastLog) >= failLogEvery {
 			h.lastLog = now

@@ -305,14 +305,18 @@ func (db *DB) writeMeta(m *meta) error {
 		// just as good, since the other slot holds the previous commit.
 		db.metaBuf[slot] = make([]byte, db.pageSize)
 	}
+	// Once the slot cannot be restored the DB is failed, and the error
+	// says so (ErrFailed) from this commit on, not only from the next:
+	// its owner must reopen rather than retry.
 	if rerr := writeFull(db.file, db.metaBuf[slot], off); rerr != nil {
 		db.failed = err
 		db.log.Error("pagestore: cannot restore meta page after failed commit", "path", db.path, "slot", slot, "err", rerr)
-		return err
+		return fmt.Errorf("%w: %w", ErrFailed, err)
 	}
 	if rerr := db.sync(); rerr != nil {
 		db.failed = err
 		db.log.Error("pagestore: cannot sync restored meta page after failed commit", "path", db.path, "slot", slot, "err", rerr)
+		return fmt.Errorf("%w: %w", ErrFailed, err)
 	}
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
+	"github.com/strata-db/strata/pagestore"
 	"github.com/strata-db/strata/vfs"
 	"github.com/strata-db/strata/wal"
 )
@@ -210,6 +212,83 @@ func fillUntilRefused(t *testing.T, m *testMember, prefix string, max int, acked
 	return nil
 }
 
+// TestPageStoreFailureStopsMember: a commit whose meta page can be neither
+// written nor restored leaves the page store failed for good
+// (pagestore.ErrFailed); retrying can never succeed, so the member must
+// stop with one fatal line, as for a failed WAL write, rather than stay up
+// with its alarm raised forever. Everything acknowledged is in the WAL
+// and comes back at the restart.
+func TestPageStoreFailureStopsMember(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "d")
+	dbPath := filepath.Join(dir, "member", "snap", "db")
+	var armed atomic.Bool
+	ffs := vfs.NewFaultFS(vfs.Default, func(ev vfs.Event) *vfs.Fault {
+		// The meta pages (the first two pages): the commit's meta write
+		// fails, and so does the write restoring the slot.
+		if armed.Load() && ev.Path == dbPath && ev.Op == vfs.OpWrite && ev.Off < 2*int64(os.Getpagesize()) {
+			return &vfs.Fault{Err: syscall.EIO}
+		}
+		return nil
+	})
+	logs := &jsonLog{}
+	args, client := memberArgs(t, dir, "--disk-probe=false", "--backend-batch-interval", "10ms")
+	m := startHooked(t, args, client, logs.logger(), storageHooks{dbFS: ffs})
+	ctx := context.Background()
+	acked := map[string]string{}
+	put := func(k, v string) error {
+		_, err := m.kv.Put(ctx, &pb.PutRequest{Key: []byte(k), Value: []byte(v)})
+		if err == nil {
+			acked[k] = v
+		}
+		return err
+	}
+	for i := 0; i < 20; i++ {
+		if err := put(fmt.Sprintf("k%02d", i), "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	armed.Store(true)
+	// The next backend commit fails at its meta page, and the meta
+	// restore fails too: the page store is failed.
+	for i := 0; ; i++ {
+		if err := put(fmt.Sprintf("f%04d", i), "v"); err != nil {
+			t.Logf("the client saw: %v", err)
+			break
+		}
+		select {
+		case <-m.s.Done():
+		default:
+			continue
+		}
+		break
+	}
+	select {
+	case <-m.s.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the member is still up 30 s after its page store failed (alarms %v): a half-alive process", alarmList(t, m))
+	}
+	m.conn.Close()
+	if err := m.s.Err(); !errors.Is(err, pagestore.ErrFailed) {
+		t.Fatalf("member error %v, want pagestore.ErrFailed", err)
+	}
+	errs := logs.errorRecords(t)
+	var fatal []map[string]any
+	for _, r := range errs {
+		if r["level"] == "ERROR+8" {
+			fatal = append(fatal, r)
+		}
+	}
+	if len(fatal) != 1 {
+		t.Fatalf("%d fatal records, want exactly one: %v", len(fatal), errs)
+	}
+	t.Logf("fatal line: %v", fatal[0])
+
+	armed.Store(false)
+	m2 := startHooked(t, args, client, nil, storageHooks{})
+	defer m2.stop(t)
+	checkAcked(t, m2, acked)
+}
+
 // TestBackendDiskFullRaisesNOSPACE is issue 17 item 5: backend commits
 // failing with ENOSPC raise NOSPACE (writes refused with etcd's error,
 // reads and deletes served), the backlog stays under
@@ -219,9 +298,22 @@ func TestBackendDiskFullRaisesNOSPACE(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "d")
 	dbPath := filepath.Join(dir, "member", "snap", "db")
 	var full atomic.Bool
+	// A full disk refuses what needs new blocks: growing the file and
+	// writing past its end. Overwriting pages the file already has (the
+	// meta pages, reused free pages) still works on a full disk, as it
+	// does on ext4 or xfs; a fault on those too would fail the page
+	// store for good, which TestPageStoreFailureStopsMember covers.
 	ffs := vfs.NewFaultFS(vfs.Default, func(ev vfs.Event) *vfs.Fault {
-		if full.Load() && ev.Path == dbPath && (ev.Op == vfs.OpWrite || ev.Op == vfs.OpTruncate || ev.Op == vfs.OpPreallocate) {
+		if !full.Load() || ev.Path != dbPath {
+			return nil
+		}
+		switch ev.Op {
+		case vfs.OpTruncate, vfs.OpPreallocate:
 			return &vfs.Fault{Err: vfs.ENOSPC}
+		case vfs.OpWrite:
+			if fi, err := os.Stat(dbPath); err != nil || ev.Off+int64(ev.Len) > fi.Size() {
+				return &vfs.Fault{Err: vfs.ENOSPC}
+			}
 		}
 		return nil
 	})
