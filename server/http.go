@@ -87,7 +87,7 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 			return s.linearizableRead(ctx)
 		}},
 		{"non_learner", func() error {
-			if m := s.members.get(s.id); m != nil && m.IsLearner {
+			if m := s.members.Get(s.id); m != nil && m.IsLearner {
 				return errLearner
 			}
 			return nil

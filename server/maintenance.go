@@ -44,7 +44,7 @@ func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 		StorageVersion:   ClusterVersion,
 		DowngradeInfo:    s.downgrade.info(),
 	}
-	if m := s.members.get(s.id); m != nil {
+	if m := s.members.Get(s.id); m != nil {
 		resp.IsLearner = m.IsLearner
 	}
 	for _, a := range s.alarms.list() {
@@ -190,7 +190,7 @@ func (m *maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequ
 	if !s.node.IsLeader() {
 		return nil, rpctypes.ErrGRPCNotLeader
 	}
-	t := s.members.get(r.TargetID)
+	t := s.members.Get(r.TargetID)
 	if t == nil || t.IsLearner {
 		return nil, rpctypes.ErrGRPCBadLeaderTransferee
 	}

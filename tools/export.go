@@ -14,10 +14,12 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/strata-db/strata/membership"
 	"github.com/strata-db/strata/mvcc"
 	"github.com/strata-db/strata/pagestore"
-	"github.com/strata-db/strata/server"
+	"github.com/strata-db/strata/schema"
 	"github.com/strata-db/strata/tools/progress"
+	"github.com/strata-db/strata/version"
 	"github.com/strata-db/strata/vfs"
 	"github.com/strata-db/strata/wal"
 )
@@ -94,7 +96,7 @@ func ExportEtcd(cfg ExportConfig) (sum *ExportSummary, err error) {
 	case "etcd":
 		return nil, fmt.Errorf("%s is an etcd (bbolt) database, already in etcd's format: copy it, or take a snapshot with 'etcdctl snapshot save'", dbPath)
 	default:
-		return nil, fmt.Errorf("%s is not a Strata page store (no magic at offset %d)", dbPath, strataMagicOff)
+		return nil, fmt.Errorf("%s is not a Strata page store (no magic at offset %d)", dbPath, schema.MagicOffset(schema.FormatStrata))
 	}
 	if _, err := os.Lstat(cfg.Out); err == nil {
 		return nil, fmt.Errorf("%s exists; remove it or choose another --out", cfg.Out)
@@ -153,7 +155,7 @@ func exportImage(db *pagestore.DB, dbPath, part string, cfg ExportConfig, sum *E
 		return err
 	}
 	defer src.tx.Rollback()
-	members, removed, err := server.ReadMembership(src.tx)
+	members, removed, err := membership.Read(src.tx)
 	if err != nil {
 		return fmt.Errorf("%s: %w", dbPath, err)
 	}
@@ -175,7 +177,7 @@ func exportImage(db *pagestore.DB, dbPath, part string, cfg ExportConfig, sum *E
 	st := SnapshotStatus{}
 	kc := keyCounter{live: map[string]struct{}{}}
 	plan := copyPlan{
-		bucket: func(name []byte) bool { return dataBuckets[string(name)] },
+		bucket: func(name []byte) bool { return schema.IsDataBucket(name) },
 		record: func(bucket, k, v []byte) (bool, error) {
 			switch string(bucket) {
 			case bucketKey:
@@ -213,8 +215,8 @@ func exportImage(db *pagestore.DB, dbPath, part string, cfg ExportConfig, sum *E
 	}
 
 	err = out.Update(func(tx *bolt.Tx) error {
-		for _, name := range etcdBuckets {
-			if _, err := tx.CreateBucketIfNotExists([]byte(name)); err != nil {
+		for _, name := range schema.EtcdBuckets {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
 		}
@@ -248,13 +250,13 @@ func exportImage(db *pagestore.DB, dbPath, part string, cfg ExportConfig, sum *E
 			{metaConsistentIndex, binary.BigEndian.AppendUint64(nil, sum.RaftIndex)},
 			{metaTerm, binary.BigEndian.AppendUint64(nil, sum.RaftTerm)},
 			{metaConfState, csJSON},
-			{metaStorageVersion, []byte(server.ClusterVersion)},
+			{metaStorageVersion, []byte(version.Cluster)},
 		} {
 			if err := meta.Put(kv.k, kv.v); err != nil {
 				return err
 			}
 		}
-		return tx.Bucket([]byte(bucketCluster)).Put([]byte("clusterVersion"), []byte(server.ClusterVersion))
+		return tx.Bucket([]byte(bucketCluster)).Put([]byte("clusterVersion"), []byte(version.Cluster))
 	})
 	if err != nil {
 		return fmt.Errorf("write %s: %w", part, err)

@@ -3,7 +3,6 @@ package tools
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/strata-db/strata/pagestore"
+	"github.com/strata-db/strata/schema"
 	"github.com/strata-db/strata/tools/progress"
 )
 
@@ -23,58 +23,35 @@ import (
 // (either format) and writes a kvSink (either format) in bounded
 // transactions.
 
-// Bucket names of etcd's schema (wire format).
-const (
-	bucketKey            = "key"
-	bucketMeta           = "meta"
-	bucketLease          = "lease"
-	bucketAlarm          = "alarm"
-	bucketAuth           = "auth"
-	bucketAuthUsers      = "authUsers"
-	bucketAuthRoles      = "authRoles"
-	bucketMembers        = "members"
-	bucketMembersRemoved = "members_removed"
-	bucketCluster        = "cluster"
-)
-
-// etcdBuckets are the buckets etcd creates in every backend.
-var etcdBuckets = []string{bucketKey, bucketMeta, bucketLease, bucketAlarm, bucketCluster,
-	bucketMembers, bucketMembersRemoved, bucketAuth, bucketAuthUsers, bucketAuthRoles}
-
-// dataBuckets are the buckets whose records mean the same in etcd and
-// Strata and are copied as they are.
-var dataBuckets = map[string]bool{bucketKey: true, bucketMeta: true, bucketLease: true, bucketAlarm: true,
-	bucketAuth: true, bucketAuthUsers: true, bucketAuthRoles: true}
-
-// Meta keys (etcd's names).
+// Bucket names and meta keys of etcd's schema (package schema), as
+// strings for switches.
 var (
-	metaConsistentIndex = []byte("consistent_index")
-	metaTerm            = []byte("term")
-	metaConfState       = []byte("confState")
-	metaStorageVersion  = []byte("storageVersion")
-	metaScheduled       = []byte("scheduledCompactRev")
-	metaFinished        = []byte("finishedCompactRev")
+	bucketKey            = string(schema.Key)
+	bucketMeta           = string(schema.Meta)
+	bucketLease          = string(schema.Lease)
+	bucketAlarm          = string(schema.Alarm)
+	bucketAuth           = string(schema.Auth)
+	bucketAuthUsers      = string(schema.AuthUsers)
+	bucketAuthRoles      = string(schema.AuthRoles)
+	bucketMembers        = string(schema.Members)
+	bucketMembersRemoved = string(schema.MembersRemoved)
+	bucketCluster        = string(schema.Cluster)
+
+	metaConsistentIndex = schema.MetaConsistentIndex
+	metaTerm            = schema.MetaTerm
+	metaConfState       = schema.MetaConfState
+	metaStorageVersion  = schema.MetaStorageVersion
+	metaScheduled       = schema.MetaScheduledCompactRev
+	metaFinished        = schema.MetaFinishedCompactRev
 )
 
-// Magic numbers that tell the two formats apart.
-const (
-	strataMagic      = 0x53545241 // pagestore meta page, offset 32
-	strataMagicOff   = 32
-	bboltMagicOff    = 16
-	minSnapshotBytes = 1024
-)
+// minSnapshotBytes is less than any database: a bbolt file has at least
+// four pages, a page store at least three.
+const minSnapshotBytes = 1024
 
 // snapshotFormat names the format of a database image from its first
 // bytes: "etcd", "strata", or "" when it is neither.
-func snapshotFormat(head []byte) string {
-	if len(head) >= bboltMagicOff+4 && binary.LittleEndian.Uint32(head[bboltMagicOff:]) == bboltMagic {
-		return "etcd"
-	}
-	if len(head) >= strataMagicOff+4 && binary.LittleEndian.Uint32(head[strataMagicOff:]) == strataMagic {
-		return "strata"
-	}
-	return ""
-}
+func snapshotFormat(head []byte) string { return string(schema.Detect(head)) }
 
 // hasSHA256Trailer reports whether a snapshot of size bytes ends with the
 // SHA-256 of the rest, as a database (whole 512-byte multiples) streamed

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-db/strata/pagestore"
+	"github.com/strata-db/strata/schema"
 )
 
 // SnapshotStatus describes a snapshot file, as etcdutl's "snapshot status"
@@ -36,8 +37,6 @@ type SnapshotStatus struct {
 // ErrSnapshotIntegrity means the SHA-256 trailer of a snapshot does not
 // match its contents.
 var ErrSnapshotIntegrity = errors.New("snapshot: SHA-256 trailer does not match the contents")
-
-const bboltMagic = 0xED0CDAED
 
 // Status inspects a snapshot: a Strata page store or an etcd snapshot.db
 // (bbolt), with or without the 32-byte SHA-256 trailer that the snapshot
@@ -67,7 +66,7 @@ func Status(path string) (*SnapshotStatus, error) {
 	if err := os.WriteFile(copyPath, data, 0o600); err != nil {
 		return nil, err
 	}
-	if len(data) >= 20 && binary.LittleEndian.Uint32(data[16:20]) == bboltMagic {
+	if schema.Detect(data) == schema.FormatEtcd {
 		st.Format = "etcd"
 		return st, etcdStatus(copyPath, st)
 	}
