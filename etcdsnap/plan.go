@@ -154,8 +154,8 @@ type planner struct {
 	pk       leafPacker
 	firstKey int64 // of the open leaf
 	prev     []byte
-	small   []record // the records, while the tree could still be inline
-	inlineT bool     // still a candidate for inline storage
+	small    []record // the records, while the tree could still be inline
+	inlineT  bool     // still a candidate for inline storage
 }
 
 type record struct {
