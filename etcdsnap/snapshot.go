@@ -44,6 +44,7 @@ type Snapshot struct {
 	plans   []treePlan // per bucket
 	root    treePlan   // the tree of buckets
 	hwm     uint64     // pages in the file
+	sum     []byte     // the SHA-256 of the file, once written
 }
 
 // Plan reads every bucket's records once and lays out the file: the
@@ -150,9 +151,13 @@ func (s *Snapshot) Write(ctx context.Context, w io.Writer) (int64, error) {
 	if cw.n != s.Size() {
 		return cw.n, fmt.Errorf("%w: wrote %d bytes, planned %d", ErrChanged, cw.n, s.Size())
 	}
-	n, err := w.Write(h.Sum(nil))
+	s.sum = h.Sum(nil)
+	n, err := w.Write(s.sum)
 	return cw.n + int64(n), err
 }
+
+// SHA256 is the SHA-256 of the file (the trailer), once it is written.
+func (s *Snapshot) SHA256() []byte { return s.sum }
 
 func (s *Snapshot) write(ctx context.Context, w io.Writer) error {
 	e := newEmitter(w)

@@ -17,11 +17,12 @@ import (
 )
 
 // Moving data between Strata's page store and etcd's bbolt snapshot.db.
-// Both hold the same buckets in etcd's schema (see mvcc/doc.go), so a
+// Both hold the same buckets in etcd's schema (package schema), so a
 // conversion copies buckets record by record; only membership and the
-// raft position are rewritten. The copy engine below reads a kvSource
-// (either format) and writes a kvSink (either format) in bounded
-// transactions.
+// raft position are rewritten. Restore's copy engine below reads a
+// kvSource (either format) and writes a page store in bounded
+// transactions; export writes etcd's format with package etcdsnap, the
+// writer the server's Snapshot streams with, and uses bbolt not at all.
 
 // Bucket names and meta keys of etcd's schema (package schema), as
 // strings for switches.
@@ -257,42 +258,6 @@ func (w *pageWriter) bucket(name []byte) (*pagestore.Bucket, error) {
 func (w *pageWriter) CreateBucket(name []byte) error { _, err := w.bucket(name); return err }
 
 func (w *pageWriter) Put(bucket, k, v []byte) error {
-	b, err := w.bucket(bucket)
-	if err != nil {
-		return err
-	}
-	return b.Put(k, v)
-}
-
-// boltSink writes an etcd snapshot.db.
-type boltSink struct{ db *bolt.DB }
-
-func (s boltSink) Update(fn func(w kvWriter) error) error {
-	return s.db.Update(func(tx *bolt.Tx) error { return fn(&boltWriter{tx: tx, b: map[string]*bolt.Bucket{}}) })
-}
-
-type boltWriter struct {
-	tx *bolt.Tx
-	b  map[string]*bolt.Bucket
-}
-
-func (w *boltWriter) bucket(name []byte) (*bolt.Bucket, error) {
-	if b, ok := w.b[string(name)]; ok {
-		return b, nil
-	}
-	b, err := w.tx.CreateBucketIfNotExists(name)
-	if err != nil {
-		return nil, err
-	}
-	// Records arrive in key order: fill pages as etcd's own defrag does.
-	b.FillPercent = 0.9
-	w.b[string(name)] = b
-	return b, nil
-}
-
-func (w *boltWriter) CreateBucket(name []byte) error { _, err := w.bucket(name); return err }
-
-func (w *boltWriter) Put(bucket, k, v []byte) error {
 	b, err := w.bucket(bucket)
 	if err != nil {
 		return err
