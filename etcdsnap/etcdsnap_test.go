@@ -361,8 +361,9 @@ func TestInvalidInput(t *testing.T) {
 // differs from the first: it must fail, not write a broken file.
 func TestChangedSourceIsRefused(t *testing.T) {
 	for _, second := range [][]kv{
-		{{[]byte("a"), fill(3000, 'v')}, {[]byte("b"), fill(3000, 'v')}},                                 // a record more
-		{{[]byte("a"), fill(3000, 'v')}},                                                                 // one less... see below
+		{{[]byte("a"), fill(3000, 'v')}, {[]byte("b"), fill(3000, 'v')}}, // a record fewer
+		{{[]byte("a"), fill(3000, 'v')}, {[]byte("b"), fill(3000, 'v')}, {[]byte("c"), fill(3000, 'v')},
+			{[]byte("d"), fill(10, 'v')}}, // a record more
 		{{[]byte("a"), fill(3000, 'v')}, {[]byte("b"), fill(2999, 'v')}, {[]byte("c"), fill(3000, 'v')}}, // a value shorter
 	} {
 		first := []kv{{[]byte("a"), fill(3000, 'v')}, {[]byte("b"), fill(3000, 'v')}, {[]byte("c"), fill(3000, 'v')}}
