@@ -4,7 +4,8 @@
 //
 // The server is split by responsibility: server.go (lifecycle), apply.go
 // (applying committed entries), kv.go (the KV service), maintenance.go,
-// cluster.go, http.go and listen.go. Server holds the parts; each service
+// snapshot.go (Maintenance.Snapshot), cluster.go and membership.go (the
+// Cluster service over package membership), http.go and listen.go. Server holds the parts; each service
 // is a small type over it.
 package server
 

@@ -51,7 +51,8 @@ type ExportSummary struct {
 // are, the membership converted to etcd's records, meta with
 // consistent_index, term, confState and storageVersion, the cluster
 // version) followed by the SHA-256 trailer 'etcdctl snapshot save'
-// writes, so that etcdutl snapshot status and restore accept it.
+// writes, so that etcdutl snapshot status and restore accept it. It is
+// the file Maintenance.Snapshot streams (package etcdsnap writes both).
 //
 // It refuses while a server holds the data dir (the page store's lock).
 // Buckets that are Strata's own are left out and listed in the summary.
