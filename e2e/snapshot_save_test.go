@@ -241,16 +241,21 @@ func newClient(t *testing.T, url string) *clientv3.Client {
 
 // saveResult is one timed 'etcdctl snapshot save'.
 type saveResult struct {
-	bytes   int64
-	took    time.Duration
-	peakRSS int64 // the server's, sampled during the save
-	baseRSS int64 // before it
+	bytes int64
+	took  time.Duration
+	// The server's resident memory before and at its peak during the
+	// save (sampled every 10 ms): all of it (VmRSS, which counts the
+	// pages of a memory-mapped database file the save reads) and the
+	// anonymous part (RssAnon: heap and stacks).
+	base, peak memUse
 }
 
+type memUse struct{ rss, anon int64 }
+
 func (r saveResult) String() string {
-	return fmt.Sprintf("%.1f MiB in %v = %.0f MiB/s, server RSS %d MiB before, peak %d MiB during",
+	return fmt.Sprintf("%.1f MiB in %v = %.0f MiB/s, server RSS %d MiB before, peak %d MiB during (anonymous %d MiB before, peak %d MiB)",
 		float64(r.bytes)/(1<<20), r.took.Round(time.Millisecond), float64(r.bytes)/(1<<20)/r.took.Seconds(),
-		r.baseRSS>>20, r.peakRSS>>20)
+		r.base.rss>>20, r.peak.rss>>20, r.base.anon>>20, r.peak.anon>>20)
 }
 
 // timedSave runs etcdctl snapshot save to path, sampling the server's
@@ -258,11 +263,11 @@ func (r saveResult) String() string {
 func timedSave(t *testing.T, ctl *harness.Ctl, pid int, path string) saveResult {
 	t.Helper()
 	var r saveResult
-	r.baseRSS = rss(pid)
+	r.base = memory(pid)
 	done := make(chan struct{})
-	sampled := make(chan int64)
+	sampled := make(chan memUse)
 	go func() {
-		peak := r.baseRSS
+		peak := r.base
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
 		for {
@@ -271,7 +276,8 @@ func timedSave(t *testing.T, ctl *harness.Ctl, pid int, path string) saveResult 
 				sampled <- peak
 				return
 			case <-tick.C:
-				peak = max(peak, rss(pid))
+				m := memory(pid)
+				peak.rss, peak.anon = max(peak.rss, m.rss), max(peak.anon, m.anon)
 			}
 		}
 	}()
@@ -279,7 +285,7 @@ func timedSave(t *testing.T, ctl *harness.Ctl, pid int, path string) saveResult 
 	res := ctl.Run("", "--command-timeout=10m", "snapshot", "save", path)
 	r.took = time.Since(start)
 	close(done)
-	r.peakRSS = <-sampled
+	r.peak = <-sampled
 	if res.Code != 0 {
 		t.Fatalf("etcdctl snapshot save: %s", res)
 	}
@@ -291,19 +297,27 @@ func timedSave(t *testing.T, ctl *harness.Ctl, pid int, path string) saveResult 
 	return r
 }
 
-// rss is a process's resident set in bytes (0 if unknown).
-func rss(pid int) int64 {
+// memory reads a process's resident memory (zero if unknown).
+func memory(pid int) memUse {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0
+		return memUse{}
 	}
+	var m memUse
 	for _, ln := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(ln, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
+		name, v, ok := strings.Cut(ln, ":")
+		if !ok {
+			continue
+		}
+		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		switch name {
+		case "VmRSS":
+			m.rss = kb << 10
+		case "RssAnon":
+			m.anon = kb << 10
 		}
 	}
-	return 0
+	return m
 }
 
 // keyDump is every key live at a revision, with its revisions.

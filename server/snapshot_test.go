@@ -126,13 +126,28 @@ func TestSnapshotStreamsEtcdFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A client that goes away mid-stream ends the stream; the next one
+	// gets a whole snapshot.
+	cctx, cancel := context.WithCancel(ctx)
+	st, err := m.maint.Snapshot(cctx, &pb.SnapshotRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if again := saveSnapshot(t, ctx, m); len(again) < len(img) {
+		t.Fatalf("the snapshot after a cancelled one has %d bytes, the first %d", len(again), len(img))
+	}
+
 	// Strata's own format, on request.
 	sctx := metadata.AppendToOutgoingContext(ctx, SnapshotFormatKey, "strata")
 	if f := schema.Detect(saveSnapshot(t, sctx, m)); f != schema.FormatStrata {
 		t.Fatalf("with %s=strata the snapshot is in format %q", SnapshotFormatKey, f)
 	}
 	bad := metadata.AppendToOutgoingContext(ctx, SnapshotFormatKey, "bolt")
-	st, err := m.maint.Snapshot(bad, &pb.SnapshotRequest{})
+	st, err = m.maint.Snapshot(bad, &pb.SnapshotRequest{})
 	if err == nil {
 		_, err = st.Recv()
 	}
