@@ -109,6 +109,7 @@ func TestSnapshotSaveUnderLoadRestoresInEtcd(t *testing.T) {
 		t.Fatalf("no write was acknowledged during the %v save: the test did not save under load", loaded.took)
 	}
 	t.Logf("snapshot save against strata under load: %s; %d puts acknowledged meanwhile", loaded, during)
+	t.Logf("strata: %s", serverSnapshotLog(srv))
 
 	// etcd's tools take the file.
 	st := snapshotStatus(t, b.Etcdutl, snap)
@@ -153,6 +154,7 @@ func TestSnapshotSaveUnderLoadRestoresInEtcd(t *testing.T) {
 	// Throughput with the same data: strata idle, and the etcd restored
 	// from strata's snapshot.
 	idle := timedSave(t, ctl, srv.Pid(), filepath.Join(work, "idle.db"))
+	t.Logf("strata: %s", serverSnapshotLog(srv))
 	ectl := &harness.Ctl{Bin: b.Etcdctl, Endpoints: []string{etcd.ClientURL}, Timeout: 10 * time.Minute}
 	ref := timedSave(t, ectl, etcd.Pid(), filepath.Join(work, "etcd.db"))
 	t.Logf("snapshot save, same data (%d MiB of values): strata under load %s; strata idle %s; etcd 3.7.3 %s",
@@ -295,6 +297,20 @@ func timedSave(t *testing.T, ctl *harness.Ctl, pid int, path string) saveResult 
 	}
 	r.bytes = fi.Size()
 	return r
+}
+
+// serverSnapshotLog is what the server logged about its last snapshot.
+func serverSnapshotLog(srv *harness.Server) string {
+	var out []string
+	for _, ln := range strings.Split(srv.LogTail(200), "\n") {
+		if strings.Contains(ln, "database snapshot") {
+			out = append(out, ln)
+		}
+	}
+	if len(out) > 2 {
+		out = out[len(out)-2:]
+	}
+	return strings.Join(out, "\n")
 }
 
 // memory reads a process's resident memory (zero if unknown).

@@ -109,9 +109,10 @@ func streamSnapshot(ctx context.Context, srv pb.Maintenance_SnapshotServer, head
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	chunks := make(chan []byte, snapshotQueue)
+	free := make(chan []byte, snapshotQueue+2)
 	produced := make(chan error, 1)
 	go func() {
-		c := &snapshotChunker{ctx: ctx, out: chunks, size: size}
+		c := &snapshotChunker{ctx: ctx, out: chunks, free: free, size: size}
 		err := produce(ctx, c)
 		if err == nil {
 			err = c.flush()
@@ -129,6 +130,15 @@ func streamSnapshot(ctx context.Context, srv pb.Maintenance_SnapshotServer, head
 			Blob: b, Version: ClusterVersion})
 		if sendErr != nil {
 			cancel()
+		}
+		// Send has marshaled the message (a copy) by the time it returns,
+		// and this server's stats handler reads only sizes, so the buffer
+		// can carry the next message. (grpc-go warns that tracing stats
+		// handlers may read a sent message later; one added to the server
+		// must not keep Blob, or this must allocate again.)
+		select {
+		case free <- b[:0]:
+		default:
 		}
 	}
 	perr := <-produced
@@ -156,11 +166,13 @@ func writeStrataImage(tx *pagestore.Tx, w io.Writer) error {
 
 // snapshotChunker cuts what it is written into messages for
 // streamSnapshot: snapshotChunk bytes each, and one ending at size, so
-// that what follows the database (its SHA-256) travels alone. Each
-// message is a new buffer: gRPC may still hold a sent one.
+// that what follows the database (its SHA-256) travels alone. Buffers
+// come back from the sender through free, so a stream of any size lives
+// in at most snapshotQueue+2 of them.
 type snapshotChunker struct {
 	ctx  context.Context
 	out  chan<- []byte
+	free <-chan []byte
 	size int64  // bytes of the database
 	done int64  // bytes handed to out
 	buf  []byte // the open message
@@ -170,7 +182,11 @@ func (c *snapshotChunker) Write(p []byte) (int, error) {
 	n := 0
 	for len(p) > 0 {
 		if c.buf == nil {
-			c.buf = make([]byte, 0, snapshotChunk)
+			select {
+			case c.buf = <-c.free:
+			default:
+				c.buf = make([]byte, 0, snapshotChunk)
+			}
 		}
 		limit := int64(snapshotChunk)
 		if c.done < c.size {
