@@ -14,15 +14,16 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-db/strata/pagestore"
+	"github.com/strata-db/strata/schema"
 )
 
 // Bucket and key names: etcd's, so a Strata page store converts to and
 // from an etcd snapshot.db without translating auth state. Wire format,
 // never change.
 var (
-	BucketAuth      = []byte("auth")      // authEnabled, authRevision
-	BucketAuthUsers = []byte("authUsers") // user name -> authpb.User
-	BucketAuthRoles = []byte("authRoles") // role name -> authpb.Role
+	BucketAuth      = schema.Auth      // authEnabled, authRevision
+	BucketAuthUsers = schema.AuthUsers // user name -> authpb.User
+	BucketAuthRoles = schema.AuthRoles // role name -> authpb.Role
 
 	keyAuthEnabled  = []byte("authEnabled")  // 1 byte: 1 enabled, 0 disabled
 	keyAuthRevision = []byte("authRevision") // 8 bytes, big-endian

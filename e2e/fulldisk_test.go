@@ -23,7 +23,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/strata-db/strata/e2e/harness"
 )
@@ -319,15 +318,6 @@ func verifyAcked(t *testing.T, cli *clientv3.Client, keys []string, valSize int,
 	return n
 }
 
-func newClient(t *testing.T, srv *harness.Server) *clientv3.Client {
-	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.ClientURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cli
-}
-
 func waitCondition(t *testing.T, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -419,7 +409,7 @@ func TestFullDiskWAL(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	cli := newClient(t, srv)
+	cli := newClient(t, srv.ClientURL)
 	defer func() { cli.Close() }()
 	// The first segment and one spare: 128 MiB of the 160.
 	waitCondition(t, "the spare segment", time.Minute, func() bool { return 160*mib-freeBytes(t, walFS) >= 128*mib })
@@ -492,7 +482,7 @@ func TestFullDiskWAL(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatalf("restart after space returned: %v", err)
 	}
-	cli = newClient(t, srv)
+	cli = newClient(t, srv.ClientURL)
 	keys := append(gen.ackedKeys(), phase2.ackedKeys()...)
 	n := verifyAcked(t, cli, keys, valSize, nil)
 	if _, err := cli.Put(context.Background(), "after-restart", "ok"); err != nil {
@@ -524,7 +514,7 @@ func TestFullDiskData(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	cli := newClient(t, srv)
+	cli := newClient(t, srv.ClientURL)
 	defer func() { cli.Close() }()
 	ctx := context.Background()
 	const valSize = 16 << 10
@@ -603,7 +593,7 @@ func TestFullDiskData(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	cli = newClient(t, srv)
+	cli = newClient(t, srv.ClientURL)
 	n := verifyAcked(t, cli, keys, valSize, deleted)
 	if a, err := cli.AlarmList(ctx); err != nil || len(a.Alarms) != 0 {
 		t.Fatalf("alarms after restart: %v %v", a, err)
@@ -627,7 +617,7 @@ func TestFullDiskSmallStart(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatalf("start on a 64 MiB file system: %v", err)
 	}
-	cli := newClient(t, srv)
+	cli := newClient(t, srv.ClientURL)
 	defer func() { cli.Close() }()
 	const valSize = 16 << 10
 	var keys []string
@@ -646,7 +636,7 @@ func TestFullDiskSmallStart(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	cli = newClient(t, srv)
+	cli = newClient(t, srv.ClientURL)
 	n := verifyAcked(t, cli, keys, valSize, nil)
 	fmt.Printf("FULL-DISK SMALL START: started on a 64 MiB tmpfs (WAL and data dir); WAL segments %v; %d writes of 16 KiB acknowledged and read back after a restart; %.1f MiB free\n",
 		walSegments(t, walDir), n, float64(freeBytes(t, fs))/mib)

@@ -9,11 +9,12 @@ import (
 
 	"github.com/strata-db/strata/mvcc"
 	"github.com/strata-db/strata/pagestore"
+	"github.com/strata-db/strata/schema"
 )
 
 // Bucket is the page-store bucket holding one record per lease, named as
 // in etcd's schema so snapshots convert without rewriting it.
-var Bucket = []byte("lease")
+var Bucket = schema.Lease
 
 // The record format is etcd's (server/v3/lease/leasepb.Lease), encoded by
 // hand with protowire so that this package does not pull in etcd's server

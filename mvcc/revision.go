@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/strata-db/strata/btreeidx"
+	"github.com/strata-db/strata/schema"
 )
 
 // Revision is a (main, sub) revision: main is the store revision of a
@@ -55,18 +56,15 @@ func parseRevKey(k []byte) (Revision, bool, error) {
 	return rev, false, nil
 }
 
-// Bucket names, as etcd names them (wire format, never change).
+// Bucket names and meta keys, as etcd names them (package schema).
 var (
-	KeyBucket  = []byte("key")
-	MetaBucket = []byte("meta")
-)
+	KeyBucket  = schema.Key
+	MetaBucket = schema.Meta
 
-// Meta keys, as etcd names them.
-var (
-	metaConsistentIndex  = []byte("consistent_index")
-	metaTerm             = []byte("term")
-	metaScheduledCompact = []byte("scheduledCompactRev")
-	metaFinishedCompact  = []byte("finishedCompactRev")
+	metaConsistentIndex  = schema.MetaConsistentIndex
+	metaTerm             = schema.MetaTerm
+	metaScheduledCompact = schema.MetaScheduledCompactRev
+	metaFinishedCompact  = schema.MetaFinishedCompactRev
 )
 
 func u64bytes(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }

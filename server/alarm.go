@@ -10,11 +10,12 @@ import (
 
 	"github.com/strata-db/strata/mvcc"
 	"github.com/strata-db/strata/pagestore"
+	"github.com/strata-db/strata/schema"
 )
 
 // alarmBucket holds active alarms as etcd stores them: the key is a
 // marshaled AlarmMember, the value empty.
-var alarmBucket = []byte("alarm")
+var alarmBucket = schema.Alarm
 
 // alarms is the replicated set of active alarms. Apply changes it; RPCs
 // and the quota check read it.

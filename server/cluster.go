@@ -2,65 +2,17 @@ package server
 
 import (
 	"context"
-	"net/url"
-	"sort"
-	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/strata-db/strata/membership"
 )
 
-// Member is one member of the cluster.
-type Member struct {
-	ID         uint64
-	Name       string
-	PeerURLs   []string
-	ClientURLs []string
-	IsLearner  bool
-}
+// Member is one member of the cluster (package membership).
+type Member = membership.Member
 
-// members is the membership, guarded by its own lock: the apply goroutine
-// writes it, RPCs read it.
-type members struct {
-	mu      sync.RWMutex
-	m       map[uint64]*Member
-	removed map[uint64]bool
-}
-
-func newMembers() *members { return &members{m: map[uint64]*Member{}, removed: map[uint64]bool{}} }
-
-func (ms *members) add(m *Member) {
-	ms.mu.Lock()
-	ms.m[m.ID] = m
-	ms.mu.Unlock()
-}
-
-func (ms *members) get(id uint64) *Member {
-	ms.mu.RLock()
-	defer ms.mu.RUnlock()
-	return ms.m[id]
-}
-
-// list returns the members sorted by id.
-func (ms *members) list() []*Member {
-	ms.mu.RLock()
-	defer ms.mu.RUnlock()
-	out := make([]*Member, 0, len(ms.m))
-	for _, m := range ms.m {
-		out = append(out, m)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out
-}
-
-func urlStrings(us []url.URL) []string {
-	out := make([]string, len(us))
-	for i, u := range us {
-		out[i] = u.String()
-	}
-	return out
-}
-
-func (m *Member) pb() *pb.Member {
+// memberPB is m as the Cluster service returns it.
+func memberPB(m *Member) *pb.Member {
 	return &pb.Member{ID: m.ID, Name: m.Name, PeerURLs: append([]string(nil), m.PeerURLs...),
 		ClientURLs: append([]string(nil), m.ClientURLs...), IsLearner: m.IsLearner}
 }

@@ -135,7 +135,7 @@ func (s *Server) readyzProbes(r *http.Request) []probe {
 			return s.linearizableRead(ctx)
 		}},
 		{"non_learner", func() error {
-			if m := s.members.get(s.id); m != nil && m.IsLearner {
+			if m := s.members.Get(s.id); m != nil && m.IsLearner {
 				return errLearner
 			}
 			return nil

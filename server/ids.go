@@ -1,41 +1,10 @@
 package server
 
 import (
-	"crypto/sha1"
-	"encoding/binary"
 	"fmt"
-	"net/url"
-	"sort"
-	"strings"
 	"sync/atomic"
 	"time"
 )
-
-// memberID derives a member's id the way etcd does for the members of an
-// initial cluster: the first 8 bytes of SHA-1 over its sorted peer URLs and
-// the cluster token. Equal flags give equal ids, in Strata and in etcd.
-func memberID(peerURLs []url.URL, token string) uint64 {
-	us := make([]string, len(peerURLs))
-	for i, u := range peerURLs {
-		us[i] = u.String()
-	}
-	sort.Strings(us)
-	h := sha1.Sum([]byte(strings.Join(us, "") + token))
-	return binary.BigEndian.Uint64(h[:8])
-}
-
-// clusterID derives the cluster id from the member ids, as etcd does: the
-// first 8 bytes of SHA-1 over the sorted ids, each 8 bytes big-endian.
-func clusterID(ids []uint64) uint64 {
-	s := append([]uint64(nil), ids...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	b := make([]byte, 8*len(s))
-	for i, id := range s {
-		binary.BigEndian.PutUint64(b[8*i:], id)
-	}
-	h := sha1.Sum(b)
-	return binary.BigEndian.Uint64(h[:8])
-}
 
 // idGenerator makes request ids unique across members and restarts: the
 // top 2 bytes are the low bits of the member id, the next 5 the start time

@@ -2,9 +2,7 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
-	"io"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -44,7 +42,7 @@ func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 		StorageVersion:   ClusterVersion,
 		DowngradeInfo:    s.downgrade.info(),
 	}
-	if m := s.members.get(s.id); m != nil {
+	if m := s.members.Get(s.id); m != nil {
 		resp.IsLearner = m.IsLearner
 	}
 	for _, a := range s.alarms.list() {
@@ -146,49 +144,6 @@ func (m *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*p
 	return &pb.HashKVResponse{Header: m.s.header(rev), Hash: h.Hash, CompactRevision: h.CompactRevision, HashRevision: h.Revision}, nil
 }
 
-// snapshotChunk is the size of each streamed piece, as etcd sends.
-const snapshotChunk = 32 * 1024
-
-// Snapshot streams a consistent copy of the page store followed by its
-// SHA-256, which etcdctl checks: the stream's size is the file size (a
-// multiple of the page size, so of 512) plus 32.
-func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, srv pb.Maintenance_SnapshotServer) error {
-	if err := m.s.checkAdmin(srv.Context()); err != nil {
-		return err
-	}
-	s := m.s
-	if err := s.be.ForceCommit(); err != nil {
-		return toGRPCError(err)
-	}
-	tx, err := s.db.Begin(false)
-	if err != nil {
-		return toGRPCError(err)
-	}
-	defer tx.Rollback()
-	total := tx.Size()
-	pr, pw := io.Pipe()
-	go func() {
-		_, err := tx.WriteTo(pw)
-		pw.CloseWithError(err)
-	}()
-	defer pr.Close()
-	h := sha256.New()
-	sent := int64(0)
-	for sent < total {
-		buf := make([]byte, snapshotChunk)
-		n, err := io.ReadFull(pr, buf)
-		if n == 0 && err != nil {
-			return toGRPCError(err)
-		}
-		sent += int64(n)
-		h.Write(buf[:n])
-		if err := srv.Send(&pb.SnapshotResponse{Header: s.header(0), RemainingBytes: uint64(total - sent), Blob: buf[:n], Version: ClusterVersion}); err != nil {
-			return err
-		}
-	}
-	return srv.Send(&pb.SnapshotResponse{Header: s.header(0), Blob: h.Sum(nil), Version: ClusterVersion})
-}
-
 func (m *maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
 	if err := m.s.checkAdmin(ctx); err != nil {
 		return nil, err
@@ -197,7 +152,7 @@ func (m *maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequ
 	if !s.node.IsLeader() {
 		return nil, rpctypes.ErrGRPCNotLeader
 	}
-	t := s.members.get(r.TargetID)
+	t := s.members.Get(r.TargetID)
 	if t == nil || t.IsLearner {
 		return nil, rpctypes.ErrGRPCBadLeaderTransferee
 	}

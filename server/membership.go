@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"sort"
@@ -13,121 +12,18 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/strata-db/strata/mvcc"
-	"github.com/strata-db/strata/pagestore"
+	"github.com/strata-db/strata/membership"
 )
 
 // Membership changes go through raft as conf changes whose context is the
 // member (JSON), as in etcd. Apply updates the member list and persists it
-// in the page store, in the same commit as the entry's index:
-//
-//	bucket "members":         member id (16 hex digits) -> member JSON
-//	bucket "members_removed": member id (16 hex digits) -> "removed"
+// in the page store (package membership), in the same commit as the
+// entry's index.
 //
 // The raft side of a change (RawNode.ApplyConfChange) is done by the raft
 // goroutine. Promoting a learner needs it to be in sync with the leader;
 // until the peer transport exists no learner ever is, so promotion is
 // refused with etcd's error.
-
-var (
-	membersBucket        = []byte("members")
-	membersRemovedBucket = []byte("members_removed")
-)
-
-type memberJSON struct {
-	ID         uint64   `json:"id"`
-	Name       string   `json:"name,omitempty"`
-	PeerURLs   []string `json:"peerURLs"`
-	ClientURLs []string `json:"clientURLs,omitempty"`
-	IsLearner  bool     `json:"isLearner,omitempty"`
-}
-
-func (m *Member) json() []byte {
-	b, _ := json.Marshal(memberJSON{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner})
-	return b
-}
-
-func memberKey(id uint64) []byte { return []byte(fmt.Sprintf("%016x", id)) }
-
-// load reads the persisted membership; ok is false for a new member with
-// nothing persisted yet.
-func (ms *members) load(db *pagestore.DB) (ok bool, err error) {
-	err = db.View(func(tx *pagestore.Tx) error {
-		list, removed, err := ReadMembership(tx)
-		if err != nil {
-			return err
-		}
-		for _, m := range list {
-			ms.m[m.ID] = m
-		}
-		for _, id := range removed {
-			ms.removed[id] = true
-		}
-		ok = len(list) > 0
-		return nil
-	})
-	return ok, err
-}
-
-// persist writes every member (bootstrap) through w.
-func (ms *members) persist(w *mvcc.WriteTx) {
-	for _, m := range ms.list() {
-		w.Put(membersBucket, memberKey(m.ID), m.json())
-	}
-}
-
-func (ms *members) peerURLTaken(urls []string, except uint64) bool {
-	ms.mu.RLock()
-	defer ms.mu.RUnlock()
-	for id, m := range ms.m {
-		if id == except {
-			continue
-		}
-		for _, a := range m.PeerURLs {
-			for _, b := range urls {
-				if a == b {
-					return true
-				}
-			}
-		}
-	}
-	return false
-}
-
-func (ms *members) learners() int {
-	ms.mu.RLock()
-	defer ms.mu.RUnlock()
-	n := 0
-	for _, m := range ms.m {
-		if m.IsLearner {
-			n++
-		}
-	}
-	return n
-}
-
-func (ms *members) isRemoved(id uint64) bool {
-	ms.mu.RLock()
-	defer ms.mu.RUnlock()
-	return ms.removed[id]
-}
-
-// startedVoters counts voters that have published a name (started), and
-// all voters.
-func (ms *members) startedVoters() (started, voters int) {
-	ms.mu.RLock()
-	defer ms.mu.RUnlock()
-	for _, m := range ms.m {
-		if m.IsLearner {
-			continue
-		}
-		voters++
-		if m.Name != "" {
-			started++
-		}
-	}
-	return started, voters
-}
 
 func validPeerURLs(us []string) ([]string, error) {
 	if len(us) == 0 {
@@ -169,8 +65,8 @@ func (s *Server) proposeMemberChange(ctx context.Context, cc *raftpb.ConfChange)
 
 func (c *clusterServer) memberList() []*pb.Member {
 	var out []*pb.Member
-	for _, m := range c.s.members.list() {
-		out = append(out, m.pb())
+	for _, m := range c.s.members.List() {
+		out = append(out, memberPB(m))
 	}
 	return out
 }
@@ -184,31 +80,31 @@ func (c *clusterServer) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (
 	if err != nil {
 		return nil, err
 	}
-	if s.members.peerURLTaken(urls, 0) {
+	if s.members.PeerURLTaken(urls, 0) {
 		return nil, rpctypes.ErrGRPCPeerURLExist
 	}
-	if r.IsLearner && s.members.learners() >= max(s.cfg.MaxLearners, 1) {
+	if r.IsLearner && s.members.Learners() >= max(s.cfg.MaxLearners, 1) {
 		return nil, rpctypes.ErrGRPCTooManyLearners
 	}
 	if !r.IsLearner {
 		// etcd's strict reconfiguration check: the new voter must not
 		// leave the cluster without a quorum of started members.
-		started, voters := s.members.startedVoters()
+		started, voters := s.members.StartedVoters()
 		if started < (voters+1)/2+1 {
 			return nil, rpctypes.ErrGRPCMemberNotEnoughStarted
 		}
 	}
 	now := time.Now()
-	id := memberID(urlsFromStrings(urls), s.cfg.InitialClusterToken+fmt.Sprint(now.Unix()))
+	id := membership.MemberID(urlsFromStrings(urls), s.cfg.InitialClusterToken+fmt.Sprint(now.Unix()))
 	m := &Member{ID: id, PeerURLs: urls, IsLearner: r.IsLearner}
 	typ := raftpb.ConfChangeAddNode
 	if r.IsLearner {
 		typ = raftpb.ConfChangeAddLearnerNode
 	}
-	if _, err := s.proposeMemberChange(ctx, &raftpb.ConfChange{Type: typ.Enum(), NodeId: proto.Uint64(id), Context: m.json()}); err != nil {
+	if _, err := s.proposeMemberChange(ctx, &raftpb.ConfChange{Type: typ.Enum(), NodeId: proto.Uint64(id), Context: m.JSON()}); err != nil {
 		return nil, toGRPCError(err)
 	}
-	return &pb.MemberAddResponse{Header: c.header(), Member: m.pb(), Members: c.memberList()}, nil
+	return &pb.MemberAddResponse{Header: c.header(), Member: memberPB(m), Members: c.memberList()}, nil
 }
 
 // existingMember checks the caller is root and returns member id.
@@ -216,8 +112,8 @@ func (c *clusterServer) existingMember(ctx context.Context, id uint64) (*Member,
 	if err := c.s.checkAdmin(ctx); err != nil {
 		return nil, err
 	}
-	m := c.s.members.get(id)
-	if m == nil || c.s.members.isRemoved(id) {
+	m := c.s.members.Get(id)
+	if m == nil || c.s.members.IsRemoved(id) {
 		return nil, rpctypes.ErrGRPCMemberNotFound
 	}
 	return m, nil
@@ -230,7 +126,7 @@ func (c *clusterServer) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequ
 		return nil, err
 	}
 	if !m.IsLearner {
-		started, voters := s.members.startedVoters()
+		started, voters := s.members.StartedVoters()
 		if voters-1 < 1 || started-1 < (voters-1)/2+1 {
 			return nil, rpctypes.ErrGRPCMemberNotEnoughStarted
 		}
@@ -251,12 +147,12 @@ func (c *clusterServer) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequ
 	if err != nil {
 		return nil, err
 	}
-	if s.members.peerURLTaken(urls, r.ID) {
+	if s.members.PeerURLTaken(urls, r.ID) {
 		return nil, rpctypes.ErrGRPCPeerURLExist
 	}
 	nm := *m
 	nm.PeerURLs = urls
-	if _, err := s.proposeMemberChange(ctx, &raftpb.ConfChange{Type: raftpb.ConfChangeUpdateNode.Enum(), NodeId: proto.Uint64(r.ID), Context: nm.json()}); err != nil {
+	if _, err := s.proposeMemberChange(ctx, &raftpb.ConfChange{Type: raftpb.ConfChangeUpdateNode.Enum(), NodeId: proto.Uint64(r.ID), Context: nm.JSON()}); err != nil {
 		return nil, toGRPCError(err)
 	}
 	return &pb.MemberUpdateResponse{Header: c.header(), Members: c.memberList()}, nil
@@ -305,33 +201,7 @@ func (a *applier) applyConfChange(idx, term uint64, e *raftpb.Entry) {
 		s.lg.Error("cannot decode a committed conf change", "index", idx, "error", err)
 		return
 	}
-	id := cc.GetNodeId()
-	var mj memberJSON
-	if len(cc.GetContext()) > 0 {
-		_ = json.Unmarshal(cc.GetContext(), &mj)
-	}
-	ms := s.members
-	ms.mu.Lock()
-	switch cc.GetType() {
-	case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
-		if _, ok := ms.m[id]; !ok && len(cc.GetContext()) > 0 {
-			ms.m[id] = &Member{ID: id, PeerURLs: mj.PeerURLs, IsLearner: cc.GetType() == raftpb.ConfChangeAddLearnerNode}
-			w.Put(membersBucket, memberKey(id), ms.m[id].json())
-		}
-	case raftpb.ConfChangeRemoveNode:
-		if _, ok := ms.m[id]; ok {
-			delete(ms.m, id)
-			ms.removed[id] = true
-			w.Delete(membersBucket, memberKey(id))
-			w.Put(membersRemovedBucket, memberKey(id), []byte("removed"))
-		}
-	case raftpb.ConfChangeUpdateNode:
-		if m, ok := ms.m[id]; ok && len(mj.PeerURLs) > 0 {
-			m.PeerURLs = mj.PeerURLs
-			w.Put(membersBucket, memberKey(id), m.json())
-		}
-	}
-	ms.mu.Unlock()
+	s.members.ApplyConfChange(&cc, w)
 	if cc.GetId() != 0 {
 		s.wait.trigger(cc.GetId(), applyResult{})
 	}

@@ -4,16 +4,15 @@
 //
 // The server is split by responsibility: server.go (lifecycle), apply.go
 // (applying committed entries), kv.go (the KV service), maintenance.go,
-// cluster.go, http.go and listen.go. Server holds the parts; each service
+// snapshot.go (Maintenance.Snapshot), cluster.go and membership.go (the
+// Cluster service over package membership), http.go and listen.go. Server holds the parts; each service
 // is a small type over it.
 package server
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -27,10 +26,13 @@ import (
 
 	"github.com/strata-db/strata/auth"
 	"github.com/strata-db/strata/lease"
+	"github.com/strata-db/strata/membership"
 	"github.com/strata-db/strata/mvcc"
 	"github.com/strata-db/strata/pagestore"
 	"github.com/strata-db/strata/raft"
+	"github.com/strata-db/strata/schema"
 	"github.com/strata-db/strata/server/config"
+	"github.com/strata-db/strata/version"
 	"github.com/strata-db/strata/vfs"
 	"github.com/strata-db/strata/wal"
 )
@@ -38,10 +40,11 @@ import (
 // Versions. EtcdVersion is what Status and /version report as the etcd
 // server version, because clients (kube-apiserver above all) gate features
 // on it; Version is Strata's own, shown in /version and the logs.
+// They are defined in package version, shared with the tools.
 const (
-	EtcdVersion    = "3.7.3"
-	ClusterVersion = "3.7.0"
-	Version        = "0.1.0"
+	EtcdVersion    = version.Etcd
+	ClusterVersion = version.Cluster
+	Version        = version.Strata
 )
 
 // Server is one running member.
@@ -50,7 +53,7 @@ type Server struct {
 	lg  *slog.Logger
 
 	id, cluster uint64
-	members     *members
+	members     *membership.Set
 	alarms      *alarms
 	downgrade   downgradeState
 
@@ -162,7 +165,7 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	s.reqIDs = newIDGenerator(s.id, time.Now())
 	s.applier = newApplier(s)
 	var peers []etcdraft.Peer
-	for _, m := range s.members.list() {
+	for _, m := range s.members.List() {
 		peers = append(peers, etcdraft.Peer{ID: m.ID})
 	}
 	maxWALs := int(cfg.MaxWALs)
@@ -207,17 +210,7 @@ func prepareDataDir(dir string, lg *slog.Logger) error {
 // refuseForeignData refuses a data dir written by etcd: its bbolt db
 // would be destroyed by an attempt to open it as a page store.
 func refuseForeignData(cfg *config.Config) error {
-	f, err := os.Open(cfg.BackendPath())
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	hdr := make([]byte, 32)
-	if n, _ := io.ReadFull(f, hdr); n < 20 {
-		return nil
-	}
-	const bboltMagic = 0xED0CDAED
-	if binary.LittleEndian.Uint32(hdr[16:20]) == bboltMagic {
+	if f, _ := schema.DetectFile(cfg.BackendPath()); f == schema.FormatEtcd {
 		return fmt.Errorf("data directory %s holds an etcd (bbolt) database at %s, which Strata does not open in place; "+
 			"migrate it through a snapshot: 'etcdctl snapshot save snap.db' (or, with etcd stopped, use %s itself with --skip-hash-check), then "+
 			"'stratautl snapshot restore snap.db --data-dir NEW-DIR --name %s --initial-cluster ... --initial-advertise-peer-urls ...' "+
@@ -235,16 +228,16 @@ func (s *Server) bootstrapIDs() error {
 	if err != nil {
 		return err
 	}
-	s.members = newMembers()
-	persisted, err := s.members.load(s.db)
+	s.members = membership.NewSet()
+	persisted, err := s.members.Load(s.db)
 	if err != nil {
 		return err
 	}
 	var ids []uint64
 	for name, urls := range initial {
-		m := &Member{ID: memberID(urls, cfg.InitialClusterToken), Name: name, PeerURLs: urlStrings(urls)}
+		m := &Member{ID: membership.MemberID(urls, cfg.InitialClusterToken), Name: name, PeerURLs: membership.URLStrings(urls)}
 		if !persisted {
-			s.members.add(m)
+			s.members.Add(m)
 		}
 		ids = append(ids, m.ID)
 	}
@@ -257,20 +250,20 @@ func (s *Server) bootstrapIDs() error {
 		if !ok {
 			return fmt.Errorf("couldn't find local name %q in the initial cluster configuration", cfg.Name)
 		}
-		s.id = memberID(self, cfg.InitialClusterToken)
-		s.cluster = clusterID(ids)
+		s.id = membership.MemberID(self, cfg.InitialClusterToken)
+		s.cluster = membership.ClusterID(ids)
 	}
-	if m := s.members.get(s.id); m != nil {
+	if m := s.members.Get(s.id); m != nil {
 		m.Name = cfg.Name
-		m.ClientURLs = urlStrings(cfg.AdvertiseClientURLs)
+		m.ClientURLs = membership.URLStrings(cfg.AdvertiseClientURLs)
 	} else {
-		s.members.add(&Member{ID: s.id, Name: cfg.Name, PeerURLs: urlStrings(cfg.AdvertisePeerURLs),
-			ClientURLs: urlStrings(cfg.AdvertiseClientURLs)})
+		s.members.Add(&Member{ID: s.id, Name: cfg.Name, PeerURLs: membership.URLStrings(cfg.AdvertisePeerURLs),
+			ClientURLs: membership.URLStrings(cfg.AdvertiseClientURLs)})
 	}
 	// Persist the membership with this member's current attributes (etcd
 	// publishes them through raft; a single member writes them directly).
 	w := s.be.BeginWrite()
-	s.members.persist(w)
+	s.members.Persist(w)
 	w.End(0, 0)
 	return nil
 }

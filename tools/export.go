@@ -1,23 +1,19 @@
 package tools
 
 import (
-	"crypto/sha256"
+	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
-	"github.com/strata-db/strata/mvcc"
+	"github.com/strata-db/strata/etcdsnap"
 	"github.com/strata-db/strata/pagestore"
 	"github.com/strata-db/strata/progress"
-	"github.com/strata-db/strata/server"
+	"github.com/strata-db/strata/schema"
 	"github.com/strata-db/strata/vfs"
 	"github.com/strata-db/strata/wal"
 )
@@ -50,29 +46,13 @@ type ExportSummary struct {
 	Took      time.Duration `json:"took"`
 }
 
-// etcdMember is a member record of etcd's "members" bucket (etcd's
-// membership.Member as JSON), keyed by the id in hex.
-type etcdMember struct {
-	ID         uint64   `json:"id"`
-	PeerURLs   []string `json:"peerURLs"`
-	IsLearner  bool     `json:"isLearner,omitempty"`
-	Name       string   `json:"name,omitempty"`
-	ClientURLs []string `json:"clientURLs,omitempty"`
-}
-
-// etcdConfState is raftpb.ConfState as etcd stores it in meta confState.
-type etcdConfState struct {
-	Voters    []uint64 `json:"voters"`
-	Learners  []uint64 `json:"learners,omitempty"`
-	AutoLeave bool     `json:"auto_leave"`
-}
-
 // ExportEtcd writes the page store of a stopped Strata member as an etcd
 // snapshot.db: a bbolt database in etcd's schema (the data buckets as they
 // are, the membership converted to etcd's records, meta with
 // consistent_index, term, confState and storageVersion, the cluster
 // version) followed by the SHA-256 trailer 'etcdctl snapshot save'
-// writes, so that etcdutl snapshot status and restore accept it.
+// writes, so that etcdutl snapshot status and restore accept it. It is
+// the file Maintenance.Snapshot streams (package etcdsnap writes both).
 //
 // It refuses while a server holds the data dir (the page store's lock).
 // Buckets that are Strata's own are left out and listed in the summary.
@@ -94,7 +74,7 @@ func ExportEtcd(cfg ExportConfig) (sum *ExportSummary, err error) {
 	case "etcd":
 		return nil, fmt.Errorf("%s is an etcd (bbolt) database, already in etcd's format: copy it, or take a snapshot with 'etcdctl snapshot save'", dbPath)
 	default:
-		return nil, fmt.Errorf("%s is not a Strata page store (no magic at offset %d)", dbPath, strataMagicOff)
+		return nil, fmt.Errorf("%s is not a Strata page store (no magic at offset %d)", dbPath, schema.MagicOffset(schema.FormatStrata))
 	}
 	if _, err := os.Lstat(cfg.Out); err == nil {
 		return nil, fmt.Errorf("%s exists; remove it or choose another --out", cfg.Out)
@@ -123,9 +103,6 @@ func ExportEtcd(cfg ExportConfig) (sum *ExportSummary, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if sum.SHA256, sum.Size, err = appendSHA256(part); err != nil {
-		return nil, err
-	}
 	if err := os.Rename(part, cfg.Out); err != nil {
 		return nil, err
 	}
@@ -146,147 +123,88 @@ func ExportEtcd(cfg ExportConfig) (sum *ExportSummary, err error) {
 	return sum, nil
 }
 
+// exportImage writes the etcd snapshot.db of db's current state to part
+// with etcdsnap, the writer Maintenance.Snapshot streams with, and syncs
+// it.
 func exportImage(db *pagestore.DB, dbPath, part string, cfg ExportConfig, sum *ExportSummary) error {
-	src := &pageSource{db: db}
-	var err error
-	if src.tx, err = db.Begin(false); err != nil {
+	tx, err := db.Begin(false)
+	if err != nil {
 		return err
 	}
-	defer src.tx.Rollback()
-	members, removed, err := server.ReadMembership(src.tx)
+	defer tx.Rollback()
+	st := SnapshotStatus{}
+	kc := keyCounter{live: map[string]struct{}{}}
+	var bar *progress.Bar
+	if cfg.Progress != nil {
+		bar = progress.NewTo(cfg.Progress, "reading", db.Stats().InUseBytes, "B")
+	}
+	e, err := etcdsnap.PlanEtcd(context.Background(), tx, etcdsnap.EtcdOptions{Observe: func(bucket, k, v []byte) error {
+		if bar != nil {
+			bar.Add(int64(len(k) + len(v) + 16))
+		}
+		switch string(bucket) {
+		case bucketKey:
+			sum.Records++
+			return kc.note(&st, k, v)
+		case bucketLease:
+			sum.Leases++
+		case bucketAuthUsers:
+			sum.Users++
+		case bucketAuthRoles:
+			sum.Roles++
+		}
+		return nil
+	}})
+	if bar != nil {
+		bar.Finish()
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", dbPath, err)
 	}
-	sum.RaftIndex, sum.RaftTerm, err = mvcc.ReadConsistentIndex(src.tx)
-	if err != nil {
-		return fmt.Errorf("%s: %w", dbPath, err)
+	sum.Skipped, sum.Members = e.Skipped, e.Members
+	sum.RaftIndex, sum.RaftTerm = e.RaftIndex, e.RaftTerm
+	sum.Keys = st.TotalKey
+	sum.Revision = max(st.Revision, 1) // etcd's store starts at revision 1
+	if meta, err := tx.Bucket(schema.Meta); err == nil {
+		if v, err := meta.Get(metaScheduled); err == nil && len(v) >= 8 {
+			sum.Revision = max(sum.Revision, int64(binary.BigEndian.Uint64(v)))
+		}
 	}
 
-	out, err := bolt.Open(part, 0o600, &bolt.Options{NoSync: true})
+	f, err := os.OpenFile(part, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", part, err)
 	}
-	closed := false
-	defer func() {
-		if !closed {
-			out.Close()
-		}
-	}()
-	st := SnapshotStatus{}
-	kc := keyCounter{live: map[string]struct{}{}}
-	plan := copyPlan{
-		bucket: func(name []byte) bool { return dataBuckets[string(name)] },
-		record: func(bucket, k, v []byte) (bool, error) {
-			switch string(bucket) {
-			case bucketKey:
-				sum.Records++
-				return true, kc.note(&st, k, v)
-			case bucketLease:
-				sum.Leases++
-			case bucketAuthUsers:
-				sum.Users++
-			case bucketAuthRoles:
-				sum.Roles++
-			}
-			return true, nil
-		},
-	}
+	defer f.Close()
+	var w io.Writer = f
 	if cfg.Progress != nil {
-		plan.bar = progress.NewTo(cfg.Progress, "exporting", db.Stats().InUseBytes, "B")
+		bar = progress.NewTo(cfg.Progress, "writing", e.StreamSize(), "B")
+		w = &barWriter{w: f, bar: bar}
 	}
-	skipped, err := copyBuckets(src, boltSink{out}, plan)
-	if plan.bar != nil {
-		plan.bar.Finish()
+	n, err := e.WriteTo(w)
+	if bar != nil {
+		bar.Finish()
 	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", dbPath, err)
-	}
-	for _, b := range skipped {
-		if b != bucketMembers && b != bucketMembersRemoved {
-			sum.Skipped = append(sum.Skipped, b)
-		}
-	}
-	sum.Keys, sum.Members = st.TotalKey, len(members)
-	sum.Revision = max(st.Revision, 1) // etcd's store starts at revision 1
-	if v, err := src.Get([]byte(bucketMeta), metaScheduled); err == nil && len(v) >= 8 {
-		sum.Revision = max(sum.Revision, int64(binary.BigEndian.Uint64(v)))
-	}
-
-	err = out.Update(func(tx *bolt.Tx) error {
-		for _, name := range etcdBuckets {
-			if _, err := tx.CreateBucketIfNotExists([]byte(name)); err != nil {
-				return err
-			}
-		}
-		mb, rb := tx.Bucket([]byte(bucketMembers)), tx.Bucket([]byte(bucketMembersRemoved))
-		cs := etcdConfState{Voters: []uint64{}}
-		for _, m := range members {
-			v, err := json.Marshal(etcdMember{ID: m.ID, PeerURLs: m.PeerURLs, IsLearner: m.IsLearner, Name: m.Name, ClientURLs: m.ClientURLs})
-			if err != nil {
-				return err
-			}
-			if err := mb.Put([]byte(strconv.FormatUint(m.ID, 16)), v); err != nil {
-				return err
-			}
-			if m.IsLearner {
-				cs.Learners = append(cs.Learners, m.ID)
-			} else {
-				cs.Voters = append(cs.Voters, m.ID)
-			}
-		}
-		for _, id := range removed {
-			if err := rb.Put([]byte(strconv.FormatUint(id, 16)), []byte("removed")); err != nil {
-				return err
-			}
-		}
-		csJSON, err := json.Marshal(cs)
-		if err != nil {
-			return err
-		}
-		meta := tx.Bucket([]byte(bucketMeta))
-		for _, kv := range []struct{ k, v []byte }{
-			{metaConsistentIndex, binary.BigEndian.AppendUint64(nil, sum.RaftIndex)},
-			{metaTerm, binary.BigEndian.AppendUint64(nil, sum.RaftTerm)},
-			{metaConfState, csJSON},
-			{metaStorageVersion, []byte(server.ClusterVersion)},
-		} {
-			if err := meta.Put(kv.k, kv.v); err != nil {
-				return err
-			}
-		}
-		return tx.Bucket([]byte(bucketCluster)).Put([]byte("clusterVersion"), []byte(server.ClusterVersion))
-	})
 	if err != nil {
 		return fmt.Errorf("write %s: %w", part, err)
 	}
-	if err := out.Sync(); err != nil {
+	sum.Size, sum.SHA256 = n, fmt.Sprintf("%x", e.SHA256())
+	if err := f.Sync(); err != nil {
 		return err
 	}
-	closed = true
-	return out.Close()
+	return f.Close()
 }
 
-// appendSHA256 appends the SHA-256 of the file to it, as the snapshot
-// stream does, and syncs it.
-func appendSHA256(path string) (string, int64, error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return "", 0, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, err
-	}
-	s := h.Sum(nil)
-	if _, err := f.WriteAt(s, n); err != nil {
-		return "", 0, err
-	}
-	if err := f.Sync(); err != nil {
-		return "", 0, err
-	}
-	return fmt.Sprintf("%x", s), n + int64(len(s)), f.Close()
+// barWriter advances a progress bar by what it writes.
+type barWriter struct {
+	w   io.Writer
+	bar *progress.Bar
+}
+
+func (b *barWriter) Write(p []byte) (int, error) {
+	n, err := b.w.Write(p)
+	b.bar.Add(int64(n))
+	return n, err
 }
 
 // lastWALIndex returns the index of the last entry in the WAL, if the WAL

@@ -3,7 +3,6 @@ package tools
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -14,67 +13,46 @@ import (
 
 	"github.com/strata-db/strata/pagestore"
 	"github.com/strata-db/strata/progress"
+	"github.com/strata-db/strata/schema"
 )
 
 // Moving data between Strata's page store and etcd's bbolt snapshot.db.
-// Both hold the same buckets in etcd's schema (see mvcc/doc.go), so a
+// Both hold the same buckets in etcd's schema (package schema), so a
 // conversion copies buckets record by record; only membership and the
-// raft position are rewritten. The copy engine below reads a kvSource
-// (either format) and writes a kvSink (either format) in bounded
-// transactions.
+// raft position are rewritten. Restore's copy engine below reads a
+// kvSource (either format) and writes a page store in bounded
+// transactions; export writes etcd's format with package etcdsnap, the
+// writer the server's Snapshot streams with, and uses bbolt not at all.
 
-// Bucket names of etcd's schema (wire format).
-const (
-	bucketKey            = "key"
-	bucketMeta           = "meta"
-	bucketLease          = "lease"
-	bucketAlarm          = "alarm"
-	bucketAuth           = "auth"
-	bucketAuthUsers      = "authUsers"
-	bucketAuthRoles      = "authRoles"
-	bucketMembers        = "members"
-	bucketMembersRemoved = "members_removed"
-	bucketCluster        = "cluster"
-)
-
-// etcdBuckets are the buckets etcd creates in every backend.
-var etcdBuckets = []string{bucketKey, bucketMeta, bucketLease, bucketAlarm, bucketCluster,
-	bucketMembers, bucketMembersRemoved, bucketAuth, bucketAuthUsers, bucketAuthRoles}
-
-// dataBuckets are the buckets whose records mean the same in etcd and
-// Strata and are copied as they are.
-var dataBuckets = map[string]bool{bucketKey: true, bucketMeta: true, bucketLease: true, bucketAlarm: true,
-	bucketAuth: true, bucketAuthUsers: true, bucketAuthRoles: true}
-
-// Meta keys (etcd's names).
+// Bucket names and meta keys of etcd's schema (package schema), as
+// strings for switches.
 var (
-	metaConsistentIndex = []byte("consistent_index")
-	metaTerm            = []byte("term")
-	metaConfState       = []byte("confState")
-	metaStorageVersion  = []byte("storageVersion")
-	metaScheduled       = []byte("scheduledCompactRev")
-	metaFinished        = []byte("finishedCompactRev")
+	bucketKey            = string(schema.Key)
+	bucketMeta           = string(schema.Meta)
+	bucketLease          = string(schema.Lease)
+	bucketAlarm          = string(schema.Alarm)
+	bucketAuth           = string(schema.Auth)
+	bucketAuthUsers      = string(schema.AuthUsers)
+	bucketAuthRoles      = string(schema.AuthRoles)
+	bucketMembers        = string(schema.Members)
+	bucketMembersRemoved = string(schema.MembersRemoved)
+	bucketCluster        = string(schema.Cluster)
+
+	metaConsistentIndex = schema.MetaConsistentIndex
+	metaTerm            = schema.MetaTerm
+	metaConfState       = schema.MetaConfState
+	metaStorageVersion  = schema.MetaStorageVersion
+	metaScheduled       = schema.MetaScheduledCompactRev
+	metaFinished        = schema.MetaFinishedCompactRev
 )
 
-// Magic numbers that tell the two formats apart.
-const (
-	strataMagic      = 0x53545241 // pagestore meta page, offset 32
-	strataMagicOff   = 32
-	bboltMagicOff    = 16
-	minSnapshotBytes = 1024
-)
+// minSnapshotBytes is less than any database: a bbolt file has at least
+// four pages, a page store at least three.
+const minSnapshotBytes = 1024
 
 // snapshotFormat names the format of a database image from its first
 // bytes: "etcd", "strata", or "" when it is neither.
-func snapshotFormat(head []byte) string {
-	if len(head) >= bboltMagicOff+4 && binary.LittleEndian.Uint32(head[bboltMagicOff:]) == bboltMagic {
-		return "etcd"
-	}
-	if len(head) >= strataMagicOff+4 && binary.LittleEndian.Uint32(head[strataMagicOff:]) == strataMagic {
-		return "strata"
-	}
-	return ""
-}
+func snapshotFormat(head []byte) string { return string(schema.Detect(head)) }
 
 // hasSHA256Trailer reports whether a snapshot of size bytes ends with the
 // SHA-256 of the rest, as a database (whole 512-byte multiples) streamed
@@ -280,42 +258,6 @@ func (w *pageWriter) bucket(name []byte) (*pagestore.Bucket, error) {
 func (w *pageWriter) CreateBucket(name []byte) error { _, err := w.bucket(name); return err }
 
 func (w *pageWriter) Put(bucket, k, v []byte) error {
-	b, err := w.bucket(bucket)
-	if err != nil {
-		return err
-	}
-	return b.Put(k, v)
-}
-
-// boltSink writes an etcd snapshot.db.
-type boltSink struct{ db *bolt.DB }
-
-func (s boltSink) Update(fn func(w kvWriter) error) error {
-	return s.db.Update(func(tx *bolt.Tx) error { return fn(&boltWriter{tx: tx, b: map[string]*bolt.Bucket{}}) })
-}
-
-type boltWriter struct {
-	tx *bolt.Tx
-	b  map[string]*bolt.Bucket
-}
-
-func (w *boltWriter) bucket(name []byte) (*bolt.Bucket, error) {
-	if b, ok := w.b[string(name)]; ok {
-		return b, nil
-	}
-	b, err := w.tx.CreateBucketIfNotExists(name)
-	if err != nil {
-		return nil, err
-	}
-	// Records arrive in key order: fill pages as etcd's own defrag does.
-	b.FillPercent = 0.9
-	w.b[string(name)] = b
-	return b, nil
-}
-
-func (w *boltWriter) CreateBucket(name []byte) error { _, err := w.bucket(name); return err }
-
-func (w *boltWriter) Put(bucket, k, v []byte) error {
 	b, err := w.bucket(bucket)
 	if err != nil {
 		return err

@@ -14,11 +14,12 @@ import (
 	"go.etcd.io/etcd/api/v3/authpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/strata-db/strata/membership"
 	"github.com/strata-db/strata/mvcc"
 	"github.com/strata-db/strata/pagestore"
 	"github.com/strata-db/strata/progress"
 	"github.com/strata-db/strata/raft"
-	"github.com/strata-db/strata/server"
+	"github.com/strata-db/strata/schema"
 	"github.com/strata-db/strata/server/config"
 	"github.com/strata-db/strata/vfs"
 	"github.com/strata-db/strata/wal"
@@ -112,7 +113,11 @@ func Restore(cfg RestoreConfig) (sum *RestoreSummary, err error) {
 	if err != nil {
 		return nil, err
 	}
-	ms, err := server.NewRestoredMembership(scfg)
+	initial, err := scfg.InitialClusterMap()
+	if err != nil {
+		return nil, err
+	}
+	ms, err := membership.NewRestored(scfg.Name, initial, scfg.InitialClusterToken)
 	if err != nil {
 		return nil, err
 	}
@@ -302,13 +307,12 @@ func extractImage(f *os.File, n int64, path string, cfg RestoreConfig) ([]byte, 
 func checkImageSize(path, format string, head []byte, n int64) error {
 	var ps int64
 	switch format {
-	case "etcd":
-		ps = int64(binary.LittleEndian.Uint32(head[24:])) // bbolt meta: after magic and version
-	case "strata":
-		ps = int64(binary.LittleEndian.Uint32(head[40:])) // pagestore meta: page size
+	case "etcd", "strata":
+		ps = int64(schema.PageSize(schema.Format(format), head))
 	default:
 		return fmt.Errorf("%s is neither a Strata snapshot nor an etcd snapshot.db: "+
-			"no page-store magic at offset %d and no bbolt magic at offset %d", path, strataMagicOff, bboltMagicOff)
+			"no page-store magic at offset %d and no bbolt magic at offset %d", path,
+			schema.MagicOffset(schema.FormatStrata), schema.MagicOffset(schema.FormatEtcd))
 	}
 	if ps < 512 || ps > 1<<16 || ps&(ps-1) != 0 {
 		return fmt.Errorf("%s: the %s database header at offset 0 names a page size of %d bytes, which is invalid: the file is damaged", path, format, ps)
@@ -396,7 +400,7 @@ func validRevKey(k []byte) bool {
 
 // convertImage copies the database image at src into a new page store at
 // dst, then writes the new membership, WAL and consistent index.
-func convertImage(src, dst string, imageSize int64, walDir string, ms *server.RestoredMembership, cfg RestoreConfig, sum *RestoreSummary) error {
+func convertImage(src, dst string, imageSize int64, walDir string, ms *membership.Restored, cfg RestoreConfig, sum *RestoreSummary) error {
 	var in kvSource
 	var err error
 	if sum.Format == "etcd" {
@@ -425,7 +429,7 @@ func convertImage(src, dst string, imageSize int64, walDir string, ms *server.Re
 	scan := &restoreScan{kc: keyCounter{live: map[string]struct{}{}}, sum: sum}
 	plan := copyPlan{record: scan.record}
 	if sum.Format == "etcd" {
-		plan.bucket = func(name []byte) bool { return dataBuckets[string(name)] }
+		plan.bucket = func(name []byte) bool { return schema.IsDataBucket(name) }
 	} else {
 		// Every bucket of a Strata snapshot is Strata's own, but the
 		// membership is replaced.

@@ -19,10 +19,12 @@ import (
 
 	"github.com/strata-db/strata/auth"
 	"github.com/strata-db/strata/lease"
+	"github.com/strata-db/strata/membership"
 	"github.com/strata-db/strata/mvcc"
 	"github.com/strata-db/strata/pagestore"
 	"github.com/strata-db/strata/raft"
-	"github.com/strata-db/strata/server"
+	"github.com/strata-db/strata/schema"
+	"github.com/strata-db/strata/version"
 	"github.com/strata-db/strata/wal"
 )
 
@@ -216,7 +218,7 @@ func checkRestored(t *testing.T, dir string, sum *RestoreSummary, want []*mvccpb
 		t.Errorf("consistent index %d, summary %d/%d; want 1", ci, sum.RaftIndex, sum.RaftTerm)
 	}
 	err = m.db.View(func(tx *pagestore.Tx) error {
-		ms, removed, err := server.ReadMembership(tx)
+		ms, removed, err := membership.Read(tx)
 		if err != nil {
 			return err
 		}
@@ -312,8 +314,8 @@ func checkEtcdSchema(t *testing.T, path, member string) {
 	}
 	defer bdb.Close()
 	bdb.View(func(tx *bolt.Tx) error {
-		for _, name := range etcdBuckets {
-			if tx.Bucket([]byte(name)) == nil {
+		for _, name := range schema.EtcdBuckets {
+			if tx.Bucket(name) == nil {
 				t.Errorf("bucket %s missing", name)
 			}
 		}
@@ -321,7 +323,7 @@ func checkEtcdSchema(t *testing.T, path, member string) {
 		if v := meta.Get([]byte("consistent_index")); len(v) != 8 || binary.BigEndian.Uint64(v) == 0 {
 			t.Errorf("consistent_index %x", v)
 		}
-		if v := string(meta.Get([]byte("storageVersion"))); v != server.ClusterVersion {
+		if v := string(meta.Get([]byte("storageVersion"))); v != version.Cluster {
 			t.Errorf("storageVersion %q", v)
 		}
 		if v := tx.Bucket([]byte("members")).Get([]byte(strings.TrimLeft(member, "0"))); !bytes.Contains(v, []byte(`"name":"m1"`)) {
@@ -378,8 +380,8 @@ func etcdSnapshot(t *testing.T) string {
 		t.Fatal(err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range etcdBuckets {
-			if _, err := tx.CreateBucket([]byte(name)); err != nil {
+		for _, name := range schema.EtcdBuckets {
+			if _, err := tx.CreateBucket(name); err != nil {
 				return err
 			}
 		}

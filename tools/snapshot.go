@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-db/strata/pagestore"
+	"github.com/strata-db/strata/schema"
 )
 
 // SnapshotStatus describes a snapshot file, as etcdutl's "snapshot status"
@@ -36,8 +37,6 @@ type SnapshotStatus struct {
 // ErrSnapshotIntegrity means the SHA-256 trailer of a snapshot does not
 // match its contents.
 var ErrSnapshotIntegrity = errors.New("snapshot: SHA-256 trailer does not match the contents")
-
-const bboltMagic = 0xED0CDAED
 
 // Status inspects a snapshot: a Strata page store or an etcd snapshot.db
 // (bbolt), with or without the 32-byte SHA-256 trailer that the snapshot
@@ -71,8 +70,9 @@ func Status(path string) (*SnapshotStatus, error) {
 		}
 		st.TotalSize, st.HashChecked = body, true // the database, without the trailer, as etcdutl reports
 	}
-	head := make([]byte, 20)
-	if n, _ := f.ReadAt(head, 0); n == len(head) && binary.LittleEndian.Uint32(head[16:20]) == bboltMagic {
+	head := make([]byte, schema.HeaderSize)
+	n, _ := f.ReadAt(head, 0)
+	if schema.Detect(head[:n]) == schema.FormatEtcd {
 		st.Format = "etcd"
 		return st, etcdStatus(path, st)
 	}

@@ -140,6 +140,16 @@ func (s *Server) Name() string { return s.cfg.Name }
 // Bin is the server binary.
 func (s *Server) Bin() string { return s.cfg.Bin }
 
+// Pid is the running process's id, 0 when it is not running.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Args is the full flag list the server is started with.
 func (s *Server) Args() []string {
 	args := []string{
@@ -266,16 +276,6 @@ func (s *Server) Restart() error {
 		return err
 	}
 	return s.start()
-}
-
-// Pid is the running process's id, or 0.
-func (s *Server) Pid() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil || s.cmd.Process == nil {
-		return 0
-	}
-	return s.cmd.Process.Pid
 }
 
 // WaitExit waits up to timeout for the process to exit by itself (a server

@@ -1,0 +1,178 @@
+package membership
+
+import (
+	"encoding/json"
+	"sort"
+	"sync"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/strata-db/strata/pagestore"
+	"github.com/strata-db/strata/schema"
+)
+
+// Writer is where membership changes are persisted: the write transaction
+// of the entry that changes them (mvcc.WriteTx), so the change and the
+// entry's index commit together.
+type Writer interface {
+	Put(bucket, key, value []byte)
+	Delete(bucket, key []byte)
+}
+
+// Set is the live membership of a member. The apply goroutine changes it
+// (Add at bootstrap, ApplyConfChange); RPCs read it from any goroutine.
+type Set struct {
+	// mu guards m and removed. Members returned by Get and List are
+	// shared: they are changed only under mu (ApplyConfChange) or before
+	// the server serves (bootstrap), so readers may hold them without it.
+	mu      sync.RWMutex
+	m       map[uint64]*Member
+	removed map[uint64]bool
+}
+
+// NewSet returns an empty membership.
+func NewSet() *Set { return &Set{m: map[uint64]*Member{}, removed: map[uint64]bool{}} }
+
+// Load reads the persisted membership; ok is false for a new member with
+// nothing persisted yet.
+func (s *Set) Load(db *pagestore.DB) (ok bool, err error) {
+	err = db.View(func(tx *pagestore.Tx) error {
+		list, removed, err := Read(tx)
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, m := range list {
+			s.m[m.ID] = m
+		}
+		for _, id := range removed {
+			s.removed[id] = true
+		}
+		ok = len(list) > 0
+		return nil
+	})
+	return ok, err
+}
+
+// Persist writes every member (at bootstrap) through w.
+func (s *Set) Persist(w Writer) {
+	for _, m := range s.List() {
+		w.Put(schema.Members, Key(m.ID), m.JSON())
+	}
+}
+
+// Add adds or replaces a member.
+func (s *Set) Add(m *Member) {
+	s.mu.Lock()
+	s.m[m.ID] = m
+	s.mu.Unlock()
+}
+
+// Get returns member id, nil if it is not a member.
+func (s *Set) Get(id uint64) *Member {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.m[id]
+}
+
+// List returns the members sorted by id.
+func (s *Set) List() []*Member {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*Member, 0, len(s.m))
+	for _, m := range s.m {
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// PeerURLTaken reports whether a member other than except has one of
+// urls.
+func (s *Set) PeerURLTaken(urls []string, except uint64) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for id, m := range s.m {
+		if id == except {
+			continue
+		}
+		for _, a := range m.PeerURLs {
+			for _, b := range urls {
+				if a == b {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// Learners counts the learners.
+func (s *Set) Learners() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	n := 0
+	for _, m := range s.m {
+		if m.IsLearner {
+			n++
+		}
+	}
+	return n
+}
+
+// IsRemoved reports whether id was removed from the cluster.
+func (s *Set) IsRemoved(id uint64) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.removed[id]
+}
+
+// StartedVoters counts voters that have published a name (started), and
+// all voters.
+func (s *Set) StartedVoters() (started, voters int) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, m := range s.m {
+		if m.IsLearner {
+			continue
+		}
+		voters++
+		if m.Name != "" {
+			started++
+		}
+	}
+	return started, voters
+}
+
+// ApplyConfChange applies a committed membership change to the set and
+// persists it through w. Adding a known member, or removing or updating
+// an unknown one, changes nothing (a replayed entry is a no-op).
+func (s *Set) ApplyConfChange(cc *raftpb.ConfChange, w Writer) {
+	id := cc.GetNodeId()
+	var r record
+	if len(cc.GetContext()) > 0 {
+		_ = json.Unmarshal(cc.GetContext(), &r)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch cc.GetType() {
+	case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
+		if _, ok := s.m[id]; !ok && len(cc.GetContext()) > 0 {
+			s.m[id] = &Member{ID: id, PeerURLs: r.PeerURLs, IsLearner: cc.GetType() == raftpb.ConfChangeAddLearnerNode}
+			w.Put(schema.Members, Key(id), s.m[id].JSON())
+		}
+	case raftpb.ConfChangeRemoveNode:
+		if _, ok := s.m[id]; ok {
+			delete(s.m, id)
+			s.removed[id] = true
+			w.Delete(schema.Members, Key(id))
+			w.Put(schema.MembersRemoved, Key(id), []byte("removed"))
+		}
+	case raftpb.ConfChangeUpdateNode:
+		if m, ok := s.m[id]; ok && len(r.PeerURLs) > 0 {
+			m.PeerURLs = r.PeerURLs
+			w.Put(schema.Members, Key(id), m.JSON())
+		}
+	}
+}
