@@ -10,6 +10,7 @@ import (
 	"sort"
 
 	"github.com/strata-db/strata/membership"
+	"github.com/strata-db/strata/mvcc"
 	"github.com/strata-db/strata/pagestore"
 	"github.com/strata-db/strata/schema"
 	"github.com/strata-db/strata/version"
@@ -71,7 +72,7 @@ func PlanEtcd(ctx context.Context, tx *pagestore.Tx, opts EtcdOptions) (*Etcd, e
 		return nil, err
 	}
 	out := &Etcd{Members: len(members)}
-	if out.RaftIndex, out.RaftTerm, err = readRaftPosition(tx); err != nil {
+	if out.RaftIndex, out.RaftTerm, err = mvcc.ReadConsistentIndex(tx); err != nil {
 		return nil, err
 	}
 	names := map[string]bool{}
@@ -154,34 +155,6 @@ func PlanEtcd(ctx context.Context, tx *pagestore.Tx, opts EtcdOptions) (*Etcd, e
 		return nil, err
 	}
 	return out, nil
-}
-
-// readRaftPosition reads meta's consistent index and term (zero when
-// absent).
-func readRaftPosition(tx *pagestore.Tx) (index, term uint64, err error) {
-	meta, err := tx.Bucket(schema.Meta)
-	if errors.Is(err, pagestore.ErrBucketNotFound) {
-		return 0, 0, nil
-	} else if err != nil {
-		return 0, 0, err
-	}
-	for _, f := range []struct {
-		key []byte
-		dst *uint64
-	}{{schema.MetaConsistentIndex, &index}, {schema.MetaTerm, &term}} {
-		v, err := meta.Get(f.key)
-		if err != nil {
-			return 0, 0, err
-		}
-		switch len(v) {
-		case 0:
-		case 8:
-			*f.dst = binary.BigEndian.Uint64(v)
-		default:
-			return 0, 0, fmt.Errorf("%w: meta %s is %d bytes, want 8", pagestore.ErrCorrupt, f.key, len(v))
-		}
-	}
-	return index, term, nil
 }
 
 // etcdMembership converts the membership to etcd's records and confState.

@@ -2,6 +2,7 @@ package mvcc
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/strata-db/strata/pagestore"
@@ -24,10 +25,12 @@ func SetConsistentIndex(tx *pagestore.Tx, index, term uint64) error {
 }
 
 // ReadConsistentIndex returns the consistent index and term stored in tx
-// (zero when absent).
+// (zero when absent, the meta bucket included: nothing was applied).
 func ReadConsistentIndex(tx *pagestore.Tx) (index, term uint64, err error) {
 	meta, err := tx.Bucket(MetaBucket)
-	if err != nil {
+	if errors.Is(err, pagestore.ErrBucketNotFound) {
+		return 0, 0, nil
+	} else if err != nil {
 		return 0, 0, err
 	}
 	for _, f := range []struct {

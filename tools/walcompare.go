@@ -62,10 +62,7 @@ func readConsistentIndex(dbPath string) (uint64, error) {
 	var ci uint64
 	err = db.View(func(tx *pagestore.Tx) error {
 		var err error
-		ci, _, err = mvcc.ReadConsistentIndex(tx)
-		if errors.Is(err, pagestore.ErrBucketNotFound) {
-			return nil // never written by a member: nothing applied
-		}
+		ci, _, err = mvcc.ReadConsistentIndex(tx) // 0 if never written by a member
 		return err
 	})
 	return ci, err

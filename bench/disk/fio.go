@@ -94,15 +94,25 @@ func ParseFio(data []byte) (*FioResult, error) {
 	}, nil
 }
 
-// fioSize reads a fio size option: bytes, or with a k, m or g suffix
-// (fio's default kb_base is 1024). Empty is fio's default bs, 4 KiB.
+// fioSize reads a fio size option as a block size: ParseSize's syntax
+// (fio's default kb_base is 1024), empty meaning fio's default bs, 4 KiB.
 func fioSize(s string) (int, error) {
-	t := strings.ToLower(strings.TrimSpace(s))
-	if t == "" {
+	if strings.TrimSpace(s) == "" {
 		return 4096, nil
 	}
+	v, err := ParseSize(s)
+	if err != nil || v <= 0 || v > 1<<31 {
+		return 0, errors.New("not a size fio would accept as a block size")
+	}
+	return int(v), nil
+}
+
+// ParseSize reads a byte count with an optional k, m or g suffix (binary
+// units, as fio reads them; "KiB", "MB" and the like are accepted too).
+func ParseSize(s string) (int64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
 	t = strings.TrimSuffix(strings.TrimSuffix(t, "b"), "i")
-	mult := 1
+	mult := int64(1)
 	if n := len(t); n > 0 {
 		switch t[n-1] {
 		case 'k':
@@ -116,9 +126,9 @@ func fioSize(s string) (int, error) {
 			t = t[:n-1]
 		}
 	}
-	v, err := strconv.Atoi(t)
-	if err != nil || v <= 0 || v > (1<<31)/mult {
-		return 0, errors.New("not a size fio would accept as a block size")
+	v, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || v < 0 || v > (1<<50)/mult {
+		return 0, fmt.Errorf("invalid size %q", s)
 	}
 	return v * mult, nil
 }

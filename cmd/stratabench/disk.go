@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -128,11 +127,11 @@ func runDisk(args []string, stdout, stderr io.Writer) int {
 			return usageErr("%v", err)
 		}
 	}
-	blockSize, err := parseSize(*bs)
+	blockSize, err := disk.ParseSize(*bs)
 	if err != nil || blockSize <= 0 || blockSize > 64<<20 {
 		return usageErr("--bs %q: want a size from 1 byte to 64m", *bs)
 	}
-	fileSize, err := parseSize(*size)
+	fileSize, err := disk.ParseSize(*size)
 	if err != nil || fileSize < blockSize {
 		return usageErr("--size %q: want a size of at least one block (%d bytes)", *size, blockSize)
 	}
@@ -198,32 +197,6 @@ func runDisk(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
-}
-
-// parseSize reads a byte count with an optional k, m or g suffix (binary
-// units, as fio reads them; "KiB", "MB" and the like are accepted too).
-func parseSize(s string) (int64, error) {
-	t := strings.ToLower(strings.TrimSpace(s))
-	t = strings.TrimSuffix(strings.TrimSuffix(t, "b"), "i")
-	mult := int64(1)
-	if n := len(t); n > 0 {
-		switch t[n-1] {
-		case 'k':
-			mult = 1 << 10
-		case 'm':
-			mult = 1 << 20
-		case 'g':
-			mult = 1 << 30
-		}
-		if mult > 1 {
-			t = t[:n-1]
-		}
-	}
-	v, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || v < 0 || v > (1<<50)/mult {
-		return 0, fmt.Errorf("invalid size %q", s)
-	}
-	return v * mult, nil
 }
 
 // runDiskCompare sets fio JSON results beside `stratabench disk -w json`

@@ -9,19 +9,6 @@ import (
 	"testing"
 )
 
-func TestParseSize(t *testing.T) {
-	for in, want := range map[string]int64{"2300": 2300, "22m": 22 << 20, "4k": 4096, "1G": 1 << 30, "8KiB": 8192, "2MB": 2 << 20} {
-		if got, err := parseSize(in); err != nil || got != want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "x", "-1", "12q", "99999999999g"} {
-		if _, err := parseSize(in); err == nil {
-			t.Errorf("parseSize(%q) accepted", in)
-		}
-	}
-}
-
 func TestDiskCommand(t *testing.T) {
 	dir := t.TempDir()
 	plot := filepath.Join(t.TempDir(), "h.png")
