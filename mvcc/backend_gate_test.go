@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-db/strata/internal/poll"
 	"github.com/strata-db/strata/pagestore"
 	"github.com/strata-db/strata/vfs"
 )
@@ -155,7 +156,7 @@ func TestBackendCommitFailureVisible(t *testing.T) {
 	for i := uint64(1); i <= 50; i++ {
 		putAt(be, string(rune('a'+i%26))+string(rune('a'+i/26)), i) // each End kicks (BatchLimit 1)
 	}
-	waitFor(t, "failing commits", func() bool { return be.CommitFailures() >= 3 })
+	poll.Until(t, "failing commits", func() bool { return be.CommitFailures() >= 3 })
 	if !be.CommitFailing() {
 		t.Fatal("CommitFailing is false while every commit fails")
 	}
@@ -169,7 +170,7 @@ func TestBackendCommitFailureVisible(t *testing.T) {
 		t.Fatalf("failure logged %d times over %d failed commits, want once", n, be.CommitFailures())
 	}
 	ffs.SetHook(nil)
-	waitFor(t, "a successful commit", func() bool { return !be.CommitFailing() })
+	poll.Until(t, "a successful commit", func() bool { return !be.CommitFailing() })
 	mu.Lock()
 	got := append([]error(nil), changes...)
 	mu.Unlock()

@@ -183,15 +183,3 @@ func checkEvents(t testing.TB, got []*mvccpb.Event, want ...string) {
 		}
 	}
 }
-
-// waitFor polls cond for up to 10 s.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}

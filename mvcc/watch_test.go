@@ -10,6 +10,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-db/strata/internal/poll"
 )
 
 func TestWatchLive(t *testing.T) {
@@ -159,7 +161,7 @@ func TestWatchCompacted(t *testing.T) {
 	if r.WatchID != id || r.CompactRevision != 6 || !r.Canceled || len(r.Events) != 0 || r.Revision != 0 {
 		t.Fatalf("compacted watch: %s", fmtResp(r))
 	}
-	waitFor(t, "no watchers after compaction", func() bool { return ts.WatcherTotal() == 0 })
+	poll.Until(t, "no watchers after compaction", func() bool { return ts.WatcherTotal() == 0 })
 	// As in etcd, the ID stays taken until the client cancels it.
 	if _, err := ws.Watch(WatchRequest{ID: id, Key: []byte("c")}); !errors.Is(err, ErrWatcherDuplicateID) {
 		t.Fatalf("reuse of a compacted watch's ID: %v", err)
@@ -292,7 +294,7 @@ func TestWatchRequestProgress(t *testing.T) {
 			t.Fatalf("event %d: %s", i, fmtEvent(e))
 		}
 	}
-	waitFor(t, "the stream synced again", ws.RequestProgress)
+	poll.Until(t, "the stream synced again", ws.RequestProgress)
 	if r := recv(t, ws); r.WatchID != InvalidWatchID || r.Revision != 42 {
 		t.Fatalf("progress after catching up: %s", fmtResp(r))
 	}
@@ -407,7 +409,7 @@ func TestWatchSlowReceiver(t *testing.T) {
 		}
 	}
 	checkOrder(t, got, 2, n)
-	waitFor(t, "no slow watchers", func() bool { return ts.SlowWatcherTotal() == 0 })
+	poll.Until(t, "no slow watchers", func() bool { return ts.SlowWatcherTotal() == 0 })
 }
 
 // checkOrder checks that evs are n events at consecutive revisions from
@@ -479,7 +481,7 @@ func TestWatchManyUnsynced(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, "every watcher synced", func() bool { return ts.SlowWatcherTotal() == 0 })
+	poll.Until(t, "every watcher synced", func() bool { return ts.SlowWatcherTotal() == 0 })
 }
 
 // TestFragmentSizes checks the parts against the limit by measuring them.

@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/strata-db/strata/internal/poll"
 	"github.com/strata-db/strata/mvcc"
 	"github.com/strata-db/strata/pagestore"
 	"github.com/strata-db/strata/vfs"
@@ -63,17 +64,6 @@ func (s *pageSM) appliedIndex() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.applied
-}
-
-func waitCond(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // TestFollowerNeverCommitsPastWAL: nothing durable runs ahead of the WAL.
@@ -134,7 +124,7 @@ func TestFollowerNeverCommitsPastWAL(t *testing.T) {
 	}
 	// The bootstrap membership (entries 1-3) is applied, persisted and
 	// snapshotted before the fault is armed.
-	waitCond(t, "the bootstrap entries applied and snapshotted", func() bool {
+	poll.Until(t, "the bootstrap entries applied and snapshotted", func() bool {
 		return sm.appliedIndex() == 3 && n.snapIndex.Load() == 3
 	})
 	armed.Do(func() { close(armc) })

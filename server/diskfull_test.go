@@ -20,6 +20,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
+	"github.com/strata-db/strata/internal/poll"
 	"github.com/strata-db/strata/pagestore"
 	"github.com/strata-db/strata/vfs"
 	"github.com/strata-db/strata/wal"
@@ -79,17 +80,6 @@ func memberArgs(t *testing.T, dataDir string, extra ...string) ([]string, string
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 		"--initial-cluster", "m1=" + peer}, extra...), client
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // checkAcked reads back every acknowledged key.
@@ -339,7 +329,7 @@ func TestBackendDiskFullRaisesNOSPACE(t *testing.T) {
 	if p := m.s.be.PendingBytes(); p > limit {
 		t.Fatalf("backlog %d bytes, past --backend-backlog-bytes %d", p, limit)
 	}
-	waitUntil(t, "the NOSPACE alarm", func() bool {
+	poll.Until(t, "the NOSPACE alarm", func() bool {
 		as := alarmList(t, m)
 		return len(as) == 1 && as[0].Alarm == pb.AlarmType_NOSPACE && as[0].MemberID == m.s.ID()
 	})
@@ -358,7 +348,7 @@ func TestBackendDiskFullRaisesNOSPACE(t *testing.T) {
 		t.Fatalf("delete while full: %v", err)
 	}
 	delete(acked, "pre00")
-	waitUntil(t, "commit retries", func() bool { return m.s.be.CommitFailures() >= 3 })
+	poll.Until(t, "commit retries", func() bool { return m.s.be.CommitFailures() >= 3 })
 	if n := len(logs.records(t, "backend commit failed;")); n != 1 {
 		t.Fatalf("commit failure logged %d times over %d failed commits, want once", n, m.s.be.CommitFailures())
 	}
@@ -380,7 +370,7 @@ func TestBackendDiskFullRaisesNOSPACE(t *testing.T) {
 
 	// Space returns: the alarm clears by itself and nothing is lost.
 	full.Store(false)
-	waitUntil(t, "the alarm to clear", func() bool { return len(alarmList(t, m)) == 0 })
+	poll.Until(t, "the alarm to clear", func() bool { return len(alarmList(t, m)) == 0 })
 	if _, err := m.kv.Put(ctx, &pb.PutRequest{Key: []byte("after"), Value: []byte("space")}); err != nil {
 		t.Fatalf("put once space returned: %v", err)
 	}
@@ -431,7 +421,7 @@ func TestDiskFullAlarmOrigin(t *testing.T) {
 	if _, err := m.kv.Put(ctx, &pb.PutRequest{Key: []byte("b"), Value: []byte("2")}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the disk-full alarm", func() bool { return m.s.diskFull.raisedFor(m.s.ID()) })
+	poll.Until(t, "the disk-full alarm", func() bool { return m.s.diskFull.raisedFor(m.s.ID()) })
 	// The operator raises NOSPACE too: it becomes an ordinary alarm.
 	if _, err := m.maint.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: m.s.ID(), Alarm: pb.AlarmType_NOSPACE}); err != nil {
 		t.Fatal(err)
@@ -440,7 +430,7 @@ func TestDiskFullAlarmOrigin(t *testing.T) {
 		t.Fatal("an operator's NOSPACE left the alarm marked as raised for the disk")
 	}
 	full.Store(false)
-	waitUntil(t, "a successful commit", func() bool { return !m.s.be.CommitFailing() })
+	poll.Until(t, "a successful commit", func() bool { return !m.s.be.CommitFailing() })
 	// The reconcile loop would clear a disk-full alarm within a second;
 	// give it a pass and check the ordinary alarm is still there.
 	m.s.diskFull.reconcile()
@@ -503,7 +493,7 @@ func TestBacklogBoundRefusesWrites(t *testing.T) {
 	t.Logf("stalled commit: %d puts of 4 KiB acknowledged, backlog %d bytes, then %q", len(acked), m.s.be.PendingBytes(), err)
 	stall.Store(false)
 	unblock.Do(func() { close(release) })
-	waitUntil(t, "the backlog to drain", func() bool { return m.s.be.PendingBytes() == 0 })
+	poll.Until(t, "the backlog to drain", func() bool { return m.s.be.PendingBytes() == 0 })
 	if _, err := m.kv.Put(context.Background(), &pb.PutRequest{Key: []byte("after"), Value: []byte("x")}); err != nil {
 		t.Fatalf("put after the commit went through: %v", err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/strata-db/strata/internal/poll"
 	"github.com/strata-db/strata/vfs"
 )
 
@@ -108,18 +109,6 @@ func spareFilled(t *testing.T, dir string, size int64) bool {
 	return false
 }
 
-// waitFor polls cond (no fixed sleep decides the outcome) for up to 20 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // TestSpareSegmentENOSPCKeepsAppending is issue 17 item 3 at the WAL: when
 // the disk has no room for the next segment, appends go on into the
 // current segment past its size (no write has failed), preallocation is
@@ -153,7 +142,7 @@ func TestSpareSegmentENOSPCKeepsAppending(t *testing.T) {
 	w := mustCreate(t, dir, &Options{FS: ffs, SegmentSize: seg, Logger: logs.logger()})
 	defer w.Close()
 	// The spare prepared at Create exists before the disk fills.
-	waitFor(t, "the spare segment", func() bool { return spareFilled(t, dir, seg) })
+	poll.Until(t, "the spare segment", func() bool { return spareFilled(t, dir, seg) })
 	full.Store(true)
 
 	idx := uint64(0)
@@ -171,7 +160,7 @@ func TestSpareSegmentENOSPCKeepsAppending(t *testing.T) {
 	if len(sizes) != 2 || sizes[1] < 2*seg {
 		t.Fatalf("segment sizes %v with the disk full, want the spare's cut and then one segment grown past %d bytes", sizes, seg)
 	}
-	waitFor(t, "five failed preparations", func() bool {
+	poll.Until(t, "five failed preparations", func() bool {
 		attemptsMu.Lock()
 		defer attemptsMu.Unlock()
 		return len(attempts) >= 5
@@ -192,7 +181,7 @@ func TestSpareSegmentENOSPCKeepsAppending(t *testing.T) {
 
 	// Space returns: a later append moves the log to a new segment.
 	full.Store(false)
-	waitFor(t, "a new segment once space returned", func() bool {
+	poll.Until(t, "a new segment once space returned", func() bool {
 		save()
 		return len(segmentSizes(t, dir)) == 3
 	})
@@ -268,7 +257,7 @@ func TestCreateOnSmallDisk(t *testing.T) {
 		t.Fatalf("small segments logged %d times, want once:\n%s", n, logs)
 	}
 	room.Store(1 << 62)
-	waitFor(t, "a full-size segment once space returned", func() bool {
+	poll.Until(t, "a full-size segment once space returned", func() bool {
 		save()
 		s := segmentSizes(t, dir)
 		return s[len(s)-1] == seg
@@ -302,7 +291,7 @@ func TestOneSpareSegment(t *testing.T) {
 	})
 	w := mustCreate(t, dir, &Options{FS: ffs, SegmentSize: 1 << 20})
 	defer w.Close()
-	waitFor(t, "the spare", func() bool {
+	poll.Until(t, "the spare", func() bool {
 		w.pre.mu.Lock()
 		defer w.pre.mu.Unlock()
 		return w.pre.ready != nil

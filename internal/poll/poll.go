@@ -1,0 +1,27 @@
+// Package poll is the tests' one way to wait for a condition: it checks
+// the condition every millisecond or so until it holds, and fails the test
+// after a generous deadline. The deadline only bounds a hang; what a test
+// decides never depends on how long the wait took, so a loaded machine
+// makes it slower, never red.
+package poll
+
+import (
+	"testing"
+	"time"
+)
+
+// Deadline is how long Until waits before it fails the test.
+const Deadline = 30 * time.Second
+
+// Until returns once cond() is true, or fails t (naming what it waited
+// for) after Deadline.
+func Until(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(Deadline)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", Deadline, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
