@@ -78,6 +78,10 @@ func (m *maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.
 	return resp, nil
 }
 
+// defragStarted, if set (by tests), is called once a Defragment request
+// has reached the point where the defrag runs whatever the client does.
+var defragStarted func()
+
 // Defragment compacts the page store online: live pages move from the
 // file's tail into holes in small steps while requests keep being served,
 // then the file is truncated. It returns when done, as etcd's does.
@@ -98,6 +102,9 @@ func (m *maintenanceServer) Defragment(ctx context.Context, r *pb.DefragmentRequ
 	// the defrag: it runs to the end, and only the server's shutdown
 	// interrupts it.
 	done := make(chan error, 1)
+	if defragStarted != nil {
+		defragStarted()
+	}
 	go func() {
 		err := s.be.Defrag(context.Background(), nil)
 		if err == nil {
