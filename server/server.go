@@ -137,6 +137,9 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	if err != nil {
 		return nil, err
 	}
+	if err := s.bootstrapDefrag(); err != nil {
+		return nil, err
+	}
 	s.lessor, err = lease.Open(s.be, lease.Config{
 		MinTTL: lease.MinTTL(cfg.ElectionTimeout(), cfg.HeartbeatInterval()), Logger: lg})
 	if err != nil {
@@ -189,6 +192,11 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	s.metrics.register(s)
 	return s, nil
 }
+
+// MemberInitialized reports whether cfg's data dir already holds a WAL:
+// etcd's test for a member that has joined its cluster, which then
+// ignores the --initial-cluster settings.
+func MemberInitialized(cfg *config.Config) bool { return wal.Exist(nil, cfg.WALDir()) }
 
 // prepareDataDir creates the data dir with mode 0700 and warns about a
 // looser existing mode.

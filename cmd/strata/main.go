@@ -38,8 +38,9 @@ func run() int {
 		return 1
 	}
 	defer closeLog()
-	lg.Info("starting strata", "strata-version", server.Version, "etcd-version", server.EtcdVersion,
-		"go-version", runtime.Version(), "name", cfg.Name, "data-dir", cfg.DataDir, "wal-dir", cfg.WALDir())
+	// etcd's start-up line with the whole effective configuration, which
+	// operators and tools grep for; Strata's own version at its end.
+	cfg.LogStart(lg, server.MemberInitialized(cfg), "strata-version", server.Version)
 	s, err := server.New(cfg, lg)
 	if err != nil {
 		lg.Error("failed to start strata", "error", err)

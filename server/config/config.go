@@ -270,6 +270,10 @@ type Config struct {
 	// gate (see KnownFeatureGates), defaults merged with --feature-gates and
 	// the 3.5 --experimental-* boolean flags.
 	FeatureGates map[string]bool `json:"-"`
+	// FeatureGatesGiven holds only the gates the user named (--feature-gates,
+	// the file key, the --experimental-* booleans), with the value given;
+	// etcd's start-up line lists exactly these.
+	FeatureGatesGiven map[string]bool `json:"-"`
 
 	// ---- security ----
 
@@ -446,6 +450,7 @@ func Default() *Config {
 		WarningApplyDuration:          DefaultWarningApplyDuration,
 		WarningUnaryRequestDuration:   DefaultWarningUnaryRequestDuration,
 		FeatureGates:                  defaultFeatureGates(),
+		FeatureGatesGiven:             map[string]bool{},
 		SelfSignedCertValidity:        DefaultSelfSignedCertValidity,
 		TLSMinVersion:                 DefaultTLSMinVersion,
 		AuthToken:                     DefaultAuthToken,

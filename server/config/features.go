@@ -89,11 +89,11 @@ func defaultFeatureGates() map[string]bool {
 type featureGatesValue struct {
 	dst *map[string]bool
 	raw *string
-	set map[string]bool // every key ever given, across repeated flags
+	set map[string]bool // every key ever given, across repeated flags (Config.FeatureGatesGiven)
 }
 
-func newFeatureGatesValue(dst *map[string]bool, raw *string) *featureGatesValue {
-	return &featureGatesValue{dst: dst, raw: raw, set: map[string]bool{}}
+func newFeatureGatesValue(dst *map[string]bool, raw *string, given map[string]bool) *featureGatesValue {
+	return &featureGatesValue{dst: dst, raw: raw, set: given}
 }
 
 func (v *featureGatesValue) Set(s string) error {

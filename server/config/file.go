@@ -146,6 +146,7 @@ func fromFile(path string, p *parseState) (*Config, error) {
 			return nil, err
 		}
 		c.FeatureGates = effectiveFeatureGates(m)
+		c.FeatureGatesGiven = m
 	}
 	if err := fileLegacy(c, keys, x.FeatureGates, p); err != nil {
 		return nil, err

@@ -285,6 +285,7 @@ func applyExperimentalGate(c *Config, old string, val bool, gatesRaw string) err
 			old, val, feature, c.FeatureGates[feature], feature, c.FeatureGates[feature])
 	}
 	c.FeatureGates[feature] = val
+	c.FeatureGatesGiven[feature] = val
 	return nil
 }
 
