@@ -106,12 +106,10 @@ func (m *maintenanceServer) Defragment(ctx context.Context, r *pb.DefragmentRequ
 		defragStarted()
 	}
 	go func() {
+		s.logDefragStart(before)
 		err := s.be.Defrag(context.Background(), nil)
 		if err == nil {
-			after := s.db.Stats()
-			s.lg.Info("finished defragmenting directory", "current-db-size-bytes", before.FileSize,
-				"current-db-size-in-use-bytes", before.InUseBytes, "new-db-size-bytes", after.FileSize,
-				"new-db-size-in-use-bytes", after.InUseBytes, "took", time.Since(start))
+			s.logDefragDone(before, time.Since(start))
 		} else {
 			s.lg.Warn("failed to defragment", "error", err, "took", time.Since(start))
 		}
@@ -122,7 +120,9 @@ func (m *maintenanceServer) Defragment(ctx context.Context, r *pb.DefragmentRequ
 		if err != nil {
 			return nil, toGRPCError(err)
 		}
-		return &pb.DefragmentResponse{Header: s.header(0)}, nil
+		// etcd's Defragment answers with an empty message, no header:
+		// the gateway shows it as {}.
+		return &pb.DefragmentResponse{}, nil
 	case <-ctx.Done():
 		s.lg.Info("defragment client went away; defragmentation continues", "error", ctx.Err())
 		return nil, toGRPCError(ctx.Err())
@@ -167,5 +167,5 @@ func (m *maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequ
 		// Transfers between members arrive with the peer transport.
 		return nil, rpctypes.ErrGRPCBadLeaderTransferee
 	}
-	return &pb.MoveLeaderResponse{Header: s.header(0)}, nil
+	return &pb.MoveLeaderResponse{}, nil // no header, as etcd's
 }

@@ -34,6 +34,8 @@ import (
 // Either way the stream is the database in 32 KiB messages whose
 // RemainingBytes count down to 0, then one message holding its SHA-256,
 // as etcd sends it; the file is a whole number of pages plus 32 bytes.
+// As etcd's, the messages carry no response header (the gateway's lines
+// start {"result":{"blob":...), only the storage version.
 
 // SnapshotFormatKey is the request metadata that selects the snapshot
 // format: "etcd" (the default) or "strata".
@@ -82,7 +84,7 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, srv pb.Maintenance_S
 			"raft-index", e.RaftIndex, "skipped-buckets", e.Skipped, "planned-in", time.Since(start))
 		produce = func(ctx context.Context, w io.Writer) error { _, err := e.Write(ctx, w); return err }
 	}
-	sent, err := streamSnapshot(ctx, srv, s.header(0), size, produce)
+	sent, err := streamSnapshot(ctx, srv, size, produce)
 	if err != nil {
 		s.lg.Warn("failed to send database snapshot", "format", format, "sent-bytes", sent, "error", err,
 			"took", time.Since(start))
@@ -104,7 +106,7 @@ const snapshotQueue = 8
 // whose RemainingBytes count down to 0, then the rest (the SHA-256) as
 // one last message. It returns when produce has returned, so the read
 // transaction produce reads may be closed then.
-func streamSnapshot(ctx context.Context, srv pb.Maintenance_SnapshotServer, header *pb.ResponseHeader, size int64,
+func streamSnapshot(ctx context.Context, srv pb.Maintenance_SnapshotServer, size int64,
 	produce func(ctx context.Context, w io.Writer) error) (sent int64, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -126,7 +128,7 @@ func streamSnapshot(ctx context.Context, srv pb.Maintenance_SnapshotServer, head
 			continue // drain until the producer sees the cancel
 		}
 		sent += int64(len(b))
-		sendErr = srv.Send(&pb.SnapshotResponse{Header: header, RemainingBytes: uint64(max(0, size-sent)),
+		sendErr = srv.Send(&pb.SnapshotResponse{RemainingBytes: uint64(max(0, size-sent)),
 			Blob: b, Version: ClusterVersion})
 		if sendErr != nil {
 			cancel()

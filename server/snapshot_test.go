@@ -23,7 +23,7 @@ import (
 
 // saveSnapshot receives a Snapshot stream as etcdctl does, checking its
 // shape: 32 KiB messages with RemainingBytes counting down to 0, then the
-// SHA-256 alone.
+// SHA-256 alone; no message carries a response header, as etcd's do not.
 func saveSnapshot(t *testing.T, ctx context.Context, m *testMember) []byte {
 	t.Helper()
 	st, err := m.maint.Snapshot(ctx, &pb.SnapshotRequest{})
@@ -56,6 +56,9 @@ func saveSnapshot(t *testing.T, ctx context.Context, m *testMember) []byte {
 		}
 		if r.Version != ClusterVersion {
 			t.Fatalf("message %d names version %q", i, r.Version)
+		}
+		if r.Header != nil { // etcd's carry none
+			t.Fatalf("message %d carries a header %v", i, r.Header)
 		}
 	}
 	img := data[:len(data)-sha256.Size]
