@@ -34,11 +34,11 @@ type gateway struct {
 func (s *Server) newGateway(target string, tc *tls.Config) (*gateway, error) {
 	creds := insecure.NewCredentials()
 	if tc != nil {
+		// The server's own config dials too: its GetClientCertificate
+		// presents this member's client (or server) certificate, which
+		// --client-cert-auth requires.
 		c := tc.Clone()
 		c.InsecureSkipVerify = true // the loopback peer is this process
-		if len(c.Certificates) > 0 {
-			c.GetClientCertificate = nil
-		}
 		creds = credentials.NewTLS(c)
 	}
 	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds))

@@ -25,7 +25,9 @@ import (
 // certificate is configured and auto-tls is off (plain http/unix only).
 // With --auto-tls and no --cert-file, a self-signed certificate for the
 // listen hosts is created in <data-dir>/fixtures/client, or reused if one
-// is already there, as etcd does.
+// is already there, as etcd does. Like etcd's server config it also serves
+// as the member's config for dialing its own client listeners (see
+// serverTLS: GetClientCertificate).
 func (c *Config) ClientTLS() (*tls.Config, error) {
 	hosts := hostsOf(append(slices.Clone(c.ListenClientURLs), c.ListenClientHTTPURLs...))
 	return c.serverTLS(c.ClientSecurity, "client", hosts)
@@ -119,6 +121,18 @@ func (c *Config) serverTLS(info TLSInfo, side string, hosts []string) (*tls.Conf
 		return nil, err
 	}
 	cfg.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return kp.get() }
+	// When this member dials its own listeners (the JSON gateway's
+	// loopback connection to gRPC) it presents --client-cert-file, else
+	// the server certificate, as etcd does with its server config: under
+	// --client-cert-auth a dial without a certificate is refused.
+	dial := kp
+	if info.ClientCertFile != "" {
+		dial = &keyPair{certFile: info.ClientCertFile, keyFile: info.ClientKeyFile}
+		if _, err := dial.get(); err != nil {
+			return nil, err
+		}
+	}
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return dial.get() }
 	if info.TrustedCAFile != "" {
 		if cfg.ClientCAs, err = loadPool(info.TrustedCAFile); err != nil {
 			return nil, err

@@ -48,7 +48,7 @@ func newTestCA(t *testing.T, dir, name string) *testCA {
 var serial int64 = 100
 
 // issue writes name.crt/name.key for CN name, valid for 127.0.0.1.
-func (ca *testCA) issue(t *testing.T, name string, usage x509.ExtKeyUsage) (certFile, keyFile string) {
+func (ca *testCA) issue(t *testing.T, name string, usage ...x509.ExtKeyUsage) (certFile, keyFile string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -58,7 +58,7 @@ func (ca *testCA) issue(t *testing.T, name string, usage x509.ExtKeyUsage) (cert
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: usage,
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
@@ -147,6 +147,48 @@ func TestClientTLSWithClientCertAuth(t *testing.T) {
 	}
 	if err := handshake(t, srv, &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{bad}, ServerName: "127.0.0.1"}); err == nil {
 		t.Error("client with another CA's certificate accepted")
+	}
+}
+
+// TestClientTLSDialsWithOwnCertificate: the client listeners' config also
+// dials them, as etcd's server config does for the JSON gateway's loopback
+// connection: it presents the server certificate, or --client-cert-file
+// when given, so a member under --client-cert-auth accepts its own dial.
+func TestClientTLSDialsWithOwnCertificate(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, dir, "ca")
+	srvCert, srvKey := ca.issue(t, "server", x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+	gwCert, gwKey := ca.issue(t, "gateway", x509.ExtKeyUsageClientAuth)
+	args := []string{"--name=n1", "--cert-file=" + srvCert, "--key-file=" + srvKey, "--trusted-ca-file=" + ca.file,
+		"--client-cert-auth=true", "--listen-client-urls=https://127.0.0.1:2379", "--advertise-client-urls=https://127.0.0.1:2379"}
+	for _, tc := range []struct {
+		extra  []string
+		wantCN string
+	}{
+		{nil, "server"},
+		{[]string{"--client-cert-file=" + gwCert, "--client-key-file=" + gwKey}, "gateway"},
+	} {
+		c, _ := mustParse(t, append(args[:len(args):len(args)], tc.extra...), nil)
+		srv, err := c.ClientTLS()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dial := srv.Clone()
+		dial.InsecureSkipVerify = true
+		if err := handshake(t, srv, dial); err != nil {
+			t.Errorf("%q: the member's own dial was refused: %v", tc.extra, err)
+		}
+		if dial.GetClientCertificate == nil {
+			t.Fatalf("%q: no client certificate to present", tc.extra)
+		}
+		cert, err := dial.GetClientCertificate(&tls.CertificateRequestInfo{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf, err := x509.ParseCertificate(cert.Certificate[0])
+		if err != nil || leaf.Subject.CommonName != tc.wantCN {
+			t.Errorf("%q: presents %v (%v), want CN %q", tc.extra, leaf.Subject, err, tc.wantCN)
+		}
 	}
 }
 
