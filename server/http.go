@@ -45,6 +45,7 @@ func (s *Server) httpHandler(full bool, gw http.Handler) http.Handler {
 	}
 	if full {
 		mux.HandleFunc("/version", s.handleVersion)
+		mux.HandleFunc("/debug/vars", s.handleDebugVars)
 		if s.cfg.EnablePprof {
 			mux.HandleFunc("/debug/pprof/", pprof.Index)
 			mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -57,6 +58,9 @@ func (s *Server) httpHandler(full bool, gw http.Handler) http.Handler {
 }
 
 func (s *Server) handleVersion(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r, http.MethodGet) {
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	b, _ := json.Marshal(map[string]string{
 		"etcdserver": EtcdVersion, "etcdcluster": ClusterVersion, "storage": ClusterVersion, "strata": Version,

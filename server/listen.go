@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"net/url"
 	"sync"
 	"time"
 )
@@ -14,27 +15,87 @@ import (
 // JSON gateway) on one listener, as etcd does. A connection is routed by
 // its first bytes: the HTTP/2 client preface goes to gRPC, anything else
 // to the HTTP server. Under TLS the sniffing happens after the handshake.
+//
+// As in etcd, the client URLs are grouped by address: http:// and
+// https:// URLs naming the same host:port share one listener, which then
+// takes both plaintext and TLS (a TLS ClientHello starts with the
+// handshake record type, 0x16; no HTTP request does). With
+// --listen-client-http-urls, the client URLs serve gRPC only and the HTTP
+// URLs serve HTTP only.
 
 var http2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+
+// tlsRecordHandshake is the first byte of a TLS ClientHello.
+const tlsRecordHandshake = 0x16
 
 // sniffTimeout bounds how long a new connection may take to send its
 // first bytes before it is dropped.
 const sniffTimeout = 10 * time.Second
 
+// clientAddr is one bound client address and what it serves.
+type clientAddr struct {
+	u        url.URL // the first URL naming the address; its scheme picks unix or tcp
+	secure   bool    // an https/unixs URL names it: TLS is accepted
+	insecure bool    // an http/unix URL names it: plaintext is accepted
+	grpc     bool    // serves gRPC
+	http     bool    // serves HTTP: the gateway, /health, /metrics, /version
+}
+
+func isSecureScheme(scheme string) bool { return scheme == "https" || scheme == "unixs" }
+
+func isUnixScheme(scheme string) bool { return scheme == "unix" || scheme == "unixs" }
+
+// clientAddrs groups --listen-client-urls and --listen-client-http-urls by
+// address, as etcd's configureClientListeners does.
+func clientAddrs(grpcURLs, httpURLs []url.URL) []clientAddr {
+	var out []clientAddr
+	add := func(u url.URL, grpc, http bool) {
+		key := func(v url.URL) string {
+			if isUnixScheme(v.Scheme) {
+				return "unix:" + v.Host + v.Path
+			}
+			return "tcp:" + v.Host
+		}
+		i := 0
+		for i < len(out) && key(out[i].u) != key(u) {
+			i++
+		}
+		if i == len(out) {
+			out = append(out, clientAddr{u: u, grpc: grpc, http: http})
+		}
+		if isSecureScheme(u.Scheme) {
+			out[i].secure = true
+		} else {
+			out[i].insecure = true
+		}
+	}
+	split := len(httpURLs) > 0
+	for _, u := range grpcURLs {
+		add(u, true, !split)
+	}
+	for _, u := range httpURLs {
+		add(u, false, true)
+	}
+	return out
+}
+
 type muxListener struct {
-	inner     net.Listener
+	inner net.Listener
+	addr  clientAddr
+	// tlsConfig is set when addr.secure; with addr.insecure too, a
+	// connection is TLS only if it starts with a ClientHello.
 	tlsConfig *tls.Config
-	// serveH2, when set (TLS listeners), serves HTTP/2 connections itself:
-	// over TLS, curl and browsers negotiate h2 too, so HTTP/2 there is
+	// serveH2, when set (TLS listeners), serves HTTP/2 connections over
+	// TLS itself: curl and browsers negotiate h2 too, so HTTP/2 there is
 	// split by content type rather than handed to gRPC whole.
 	serveH2   func(net.Conn)
-	grpcL     *chanListener
-	httpL     *chanListener
+	grpcL     *chanListener // plaintext HTTP/2 (addr.grpc)
+	httpL     *chanListener // HTTP/1.x, plaintext or TLS (addr.http)
 	closeOnce sync.Once
 }
 
-func newMuxListener(l net.Listener, tlsConfig *tls.Config) *muxListener {
-	m := &muxListener{inner: l, tlsConfig: tlsConfig,
+func newMuxListener(l net.Listener, addr clientAddr, tlsConfig *tls.Config) *muxListener {
+	m := &muxListener{inner: l, addr: addr, tlsConfig: tlsConfig,
 		grpcL: newChanListener(l.Addr()), httpL: newChanListener(l.Addr())}
 	go m.serve()
 	return m
@@ -56,27 +117,43 @@ func (m *muxListener) serve() {
 }
 
 func (m *muxListener) route(c net.Conn) {
-	if m.tlsConfig != nil {
+	c.SetReadDeadline(time.Now().Add(sniffTimeout))
+	isTLS := m.tlsConfig != nil
+	if isTLS && m.addr.insecure {
+		// Both on one address: only a ClientHello starts TLS.
+		br := bufio.NewReaderSize(c, 1)
+		first, err := br.Peek(1)
+		if err != nil {
+			c.Close()
+			return
+		}
+		isTLS = first[0] == tlsRecordHandshake
+		c = &peekedConn{Conn: c, r: br}
+	}
+	if isTLS {
 		c = tls.Server(c, m.tlsConfig)
 	}
-	c.SetReadDeadline(time.Now().Add(sniffTimeout))
 	br := bufio.NewReaderSize(c, 4096)
 	head, err := br.Peek(len(http2Preface))
 	c.SetReadDeadline(time.Time{})
-	pc := &peekedConn{Conn: c, r: br}
-	if err == nil && bytes.Equal(head, http2Preface) {
-		if m.serveH2 != nil {
+	var pc net.Conn = &peekedConn{Conn: c, r: br}
+	if isTLS {
+		pc = &peekedTLSConn{peekedConn{Conn: c, r: br}}
+	}
+	switch {
+	case err == nil && bytes.Equal(head, http2Preface):
+		if isTLS && m.serveH2 != nil {
 			m.serveH2(pc)
-			return
+		} else if m.addr.grpc {
+			m.grpcL.deliver(pc)
+		} else {
+			c.Close() // HTTP-only: no h2c, as etcd's
 		}
-		m.grpcL.deliver(pc)
-		return
-	}
-	if len(head) == 0 && err != nil {
+	case len(head) == 0 && err != nil, !m.addr.http:
 		c.Close()
-		return
+	default:
+		m.httpL.deliver(pc)
 	}
-	m.httpL.deliver(pc)
 }
 
 func (m *muxListener) close() {
@@ -94,13 +171,16 @@ type peekedConn struct {
 
 func (p *peekedConn) Read(b []byte) (int, error) { return p.r.Read(b) }
 
-// ConnectionState lets the gRPC server see the TLS state (client
-// certificates for CN-based auth) through the wrapper.
-func (p *peekedConn) ConnectionState() tls.ConnectionState {
-	if tc, ok := p.Conn.(*tls.Conn); ok {
-		return tc.ConnectionState()
-	}
-	return tls.ConnectionState{}
+// peekedTLSConn is a peekedConn over TLS (its Conn is a *tls.Conn). Its
+// ConnectionState lets the gRPC server (handshakeDone) and net/http (which
+// sets Request.TLS from it) see the TLS state, client certificates
+// included, through the wrapper; a plaintext peekedConn has none, so
+// that a plaintext request on an address that also takes TLS is not
+// taken for a TLS one.
+type peekedTLSConn struct{ peekedConn }
+
+func (p *peekedTLSConn) ConnectionState() tls.ConnectionState {
+	return p.Conn.(*tls.Conn).ConnectionState()
 }
 
 // chanListener is a net.Listener fed by the mux.

@@ -10,11 +10,9 @@ import (
 	"net/url"
 	"os"
 	"runtime"
-	"strings"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -50,7 +48,7 @@ func (s *Server) Serve() error {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.cfg.GRPCKeepAliveInterval, Timeout: s.cfg.GRPCKeepAliveTimeout}),
 	}
 	var clientTLS *tls.Config
-	if needsTLS(s.cfg.ListenClientURLs) {
+	if needsTLS(s.cfg.ListenClientURLs) || needsTLS(s.cfg.ListenClientHTTPURLs) {
 		var err error
 		if clientTLS, err = s.cfg.ClientTLS(); err != nil {
 			return err
@@ -76,44 +74,9 @@ func (s *Server) Serve() error {
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(s.grpc, hs)
 
-	for _, u := range s.cfg.ListenClientURLs {
-		l, err := listen(u)
-		if err != nil {
-			s.stopListeners()
-			return fmt.Errorf("listen on client url %s: %w", u.String(), err)
-		}
-		s.listeners = append(s.listeners, l)
-		var tc *tls.Config
-		if u.Scheme == "https" || u.Scheme == "unixs" {
-			tc = clientTLS
-		}
-		mux := newMuxListener(l, tc)
-		go s.grpc.Serve(mux.grpcL)
-		gw, err := s.newGateway(l.Addr().String(), tc)
-		if err != nil {
-			s.stopListeners()
-			return err
-		}
-		handler := s.httpHandler(true, gw)
-		if tc != nil {
-			h2 := &http2.Server{}
-			split := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
-					s.grpc.ServeHTTP(w, r)
-					return
-				}
-				handler.ServeHTTP(w, r)
-			})
-			mux.serveH2 = func(c net.Conn) { h2.ServeConn(c, &http2.ServeConnOpts{Handler: split}) }
-		}
-		hsrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-		s.httpSrv = append(s.httpSrv, hsrv)
-		go hsrv.Serve(mux.httpL)
-		if tc == nil {
-			s.lg.Warn("serving client traffic insecurely; this is strongly discouraged!", "address", u.Host)
-		} else {
-			s.lg.Info("serving client traffic securely", "address", u.Host)
-		}
+	if err := s.serveClients(clientTLS); err != nil {
+		s.stopListeners()
+		return err
 	}
 	for _, u := range s.cfg.ListenMetricsURLs {
 		l, err := listen(u)
@@ -206,7 +169,7 @@ func (handshakeDone) ClientHandshake(ctx context.Context, _ string, c net.Conn) 
 }
 
 func (handshakeDone) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	if p, ok := c.(*peekedConn); ok {
+	if p, ok := c.(*peekedTLSConn); ok {
 		return c, credentials.TLSInfo{State: p.ConnectionState(), CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, nil
 	}
 	return c, nil, nil

@@ -4,9 +4,13 @@
 //
 // The server is split by responsibility: server.go (lifecycle), apply.go
 // (applying committed entries), kv.go (the KV service), maintenance.go,
-// snapshot.go (Maintenance.Snapshot), cluster.go and membership.go (the
-// Cluster service over package membership), http.go and listen.go. Server holds the parts; each service
-// is a small type over it.
+// snapshot.go (Maintenance.Snapshot), bootdefrag.go (the defrag at
+// start), cluster.go and membership.go (the Cluster service over package
+// membership); the client side: serveclient.go (which address serves
+// what), listen.go (routing a connection by its first bytes), access.go
+// (etcd's HTTP access checks), http.go (health, version), debugvars.go
+// and gateway.go. Server holds the parts; each service is a small type
+// over it.
 package server
 
 import (
