@@ -133,7 +133,7 @@ func tlsScenario() scenario {
 				ca       *harness.CA
 				file, cn string
 			}{
-				{ca, "server", "server"}, {ca, "root", "root"}, {ca, "alice", "alice"}, {other, "stranger", "root"},
+				{ca, "server", "server"}, {ca, "root", "root"}, {ca, "alice", "alice"}, {other, "stranger", "root"}, {ca, "nocn", ""},
 			} {
 				cert, key, err := c.ca.Issue(c.file, c.cn)
 				if err != nil {
@@ -161,10 +161,19 @@ func tlsScenario() scenario {
 			{name: "metrics port /livez", show: "curl ${metrics}/livez", run: func(t *testing.T, s *side) harness.Result {
 				return curl(s.srv.MetricsURL+"/livez", "")
 			}},
+			// The gateway relays over its own connection, which presents
+			// the server's certificate under --client-cert-auth.
+			curlTLSPost("gateway put over mTLS", "/v3/kv/put", `{"key":"Z2s=","value":"dg=="}`, "--cacert", "${ca}", "--cert", "${rootcert}", "--key", "${rootkey}"),
 			withTLS("user add root", "user", "add", "root", "--new-user-password=rootpw"),
 			withTLS("user add alice", "user", "add", "alice", "--new-user-password=alicepw"),
 			withTLS("auth enable", "auth", "enable"),
 			withTLS("CN root: write without a password", "put", "k", "v2"),
+			// With auth on, a gateway request with a CN certificate is
+			// refused (the CN would not be the identity it runs as); one
+			// without a CN runs as the gateway's connection's identity.
+			curlTLSPost("gateway put with a CN certificate, auth enabled", "/v3/kv/put", `{"key":"Z2s=","value":"dg=="}`, "--cacert", "${ca}", "--cert", "${rootcert}", "--key", "${rootkey}"),
+			curlTLSPost("gateway put without a CN, auth enabled", "/v3/kv/put", `{"key":"Z2s=","value":"dg=="}`, "--cacert", "${ca}", "--cert", "${nocncert}", "--key", "${nocnkey}"),
+			curlTLSStep("curl /health with a CN certificate, auth enabled", "/health", "--cacert", "${ca}", "--cert", "${rootcert}", "--key", "${rootkey}"),
 			c("CN alice (no role): denied", "--cacert=${ca}", "--cert=${alicecert}", "--key=${alicekey}", "put", "k", "v3"),
 			c("password overrides CN", "--cacert=${ca}", "--cert=${alicecert}", "--key=${alicekey}", "--user=root:rootpw", "get", "k"),
 			withTLS("auth disable", "auth", "disable"),
@@ -179,15 +188,24 @@ func refused(name string, args ...string) step {
 
 // curlTLSStep is an HTTPS GET on the client port with extra curl flags.
 func curlTLSStep(name, path string, flags ...string) step {
+	return curlTLSPost(name, path, "", flags...)
+}
+
+// curlTLSPost is curlTLSStep with a body (a POST when not empty).
+func curlTLSPost(name, path, body string, flags ...string) step {
+	show := "curl " + strings.Join(flags, " ") + " " + path
+	if body != "" {
+		show += " -d " + body
+	}
 	return step{
 		name: name,
-		show: "curl " + strings.Join(flags, " ") + " " + path,
+		show: show,
 		run: func(t *testing.T, s *side) harness.Result {
 			args := make([]string, len(flags))
 			for i, f := range flags {
 				args[i] = s.expand(f)
 			}
-			return curlArgs(t, s.expand("${client}"+path), "", args...)
+			return curlArgs(t, s.expand("${client}"+path), body, args...)
 		},
 	}
 }

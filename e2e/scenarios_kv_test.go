@@ -24,6 +24,9 @@ func scenarios() []scenario {
 		quotaScenario(),
 		authScenario(),
 		tlsScenario(),
+		gatewayMaintenanceScenario(),
+		accessScenario(),
+		startupScenario(),
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -30,6 +31,13 @@ type HTTPRequest struct {
 	CACert, Cert, Key string
 	// Timeout bounds the whole request (default 10s, curl -m 10).
 	Timeout time.Duration
+	// Method overrides GET/POST (curl -X); Header adds request headers
+	// (curl -H; "Host" sets the Host header).
+	Method string
+	Header map[string]string
+	// ShowHeaders are response headers to print before the body, one
+	// "< Name: value" line per value, in this order (a filtered curl -i).
+	ShowHeaders []string
 }
 
 // Do sends the request. The Result has what `curl -sS -w '\nHTTP
@@ -77,12 +85,22 @@ func (r HTTPRequest) Do() (Result, error) {
 	if r.Body != "" {
 		method, body = http.MethodPost, bytes.NewBufferString(r.Body)
 	}
+	if r.Method != "" {
+		method = r.Method
+	}
 	req, err := http.NewRequest(method, r.URL, body)
 	if err != nil {
 		return Result{}, fmt.Errorf("harness: %w", err)
 	}
 	if r.Body != "" {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range r.Header {
+		if k == "Host" {
+			req.Host = v
+		} else {
+			req.Header.Set(k, v)
+		}
 	}
 	failed := func(err error) (Result, error) {
 		var ne interface{ Timeout() bool }
@@ -102,5 +120,11 @@ func (r HTTPRequest) Do() (Result, error) {
 	if err != nil {
 		return failed(err)
 	}
-	return Result{Stdout: fmt.Sprintf("%s\nHTTP %d\n", data, resp.StatusCode)}, nil
+	var head strings.Builder
+	for _, h := range r.ShowHeaders {
+		for _, v := range resp.Header.Values(h) {
+			fmt.Fprintf(&head, "< %s: %s\n", h, v)
+		}
+	}
+	return Result{Stdout: fmt.Sprintf("%s%s\nHTTP %d\n", head.String(), data, resp.StatusCode)}, nil
 }

@@ -48,6 +48,28 @@ func TestHTTPRequestPlain(t *testing.T) {
 	}
 }
 
+// TestHTTPRequestMethodHeaders: Method, Header (Host included) and
+// ShowHeaders, as curl -X, -H and a filtered -i.
+func TestHTTPRequestMethodHeaders(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Add("X-Seen", r.Method+" "+r.Host+" "+r.Header.Get("Origin"))
+		w.Header().Add("X-Two", "a")
+		w.Header().Add("X-Two", "b")
+		io.WriteString(w, "body")
+	}))
+	defer srv.Close()
+	r, err := HTTPRequest{URL: srv.URL + "/x", Method: http.MethodOptions,
+		Header:      map[string]string{"Host": "example.com", "Origin": "http://o"},
+		ShowHeaders: []string{"X-Seen", "X-Two", "X-Missing"}}.Do()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "< X-Seen: OPTIONS example.com http://o\n< X-Two: a\n< X-Two: b\nbody\nHTTP 200\n"
+	if r.Stdout != want || r.Code != 0 {
+		t.Errorf("got %q (code %d), want %q", r.Stdout, r.Code, want)
+	}
+}
+
 func TestHTTPRequestRefused(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
