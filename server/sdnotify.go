@@ -20,3 +20,7 @@ func sdNotify(state string) error {
 	_, err = conn.Write([]byte(state))
 	return err
 }
+
+// NotifySystemd is sdNotify for the other commands of the strata binary
+// (the gateway).
+func NotifySystemd(state string) error { return sdNotify(state) }

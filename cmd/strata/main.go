@@ -18,6 +18,9 @@ import (
 func main() { os.Exit(run()) }
 
 func run() int {
+	if len(os.Args) > 1 && os.Args[1] == "gateway" {
+		return runGateway(os.Args[2:], os.Stdout, os.Stderr)
+	}
 	cfg, err := config.Parse(os.Args[1:], os.Environ(), os.Stderr)
 	if err != nil {
 		if errors.Is(err, config.ErrHelp) {

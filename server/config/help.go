@@ -18,6 +18,10 @@ const usageLine = `Usage:
   strata -h | --help
     Print this help and the list of flags.
 
+  strata gateway start [flags]
+    Run etcd's stateless TCP gateway in front of the cluster's client
+    endpoints ('strata gateway start -h' for its flags).
+
   strata --config-file FILE
     Read the configuration from a YAML file with etcd's keys. Other flags
     and ETCD_* environment variables are then ignored. Durations in the
