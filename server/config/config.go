@@ -270,6 +270,9 @@ type Config struct {
 	// gate (see KnownFeatureGates), defaults merged with --feature-gates and
 	// the 3.5 --experimental-* boolean flags.
 	FeatureGates map[string]bool `json:"-"`
+	// allGates holds the AllAlpha and AllBeta values --feature-gates
+	// set, which FeatureGates resolves away (see FeatureGateList).
+	allGates map[string]bool
 
 	// ---- security ----
 
