@@ -37,6 +37,12 @@ type Index struct {
 	// Clone gives both indexes new tokens, so an entry that existed at the
 	// time of the Clone is copied by whichever index writes it first.
 	owner uint64
+	// live is how many keys exist now (their last generation has
+	// revisions): etcd's etcd_debugging_mvcc_keys_total. Every write
+	// that changes a key's liveness (Put, Tombstone, Restore) adjusts it
+	// under mu; Compact never does (it keeps the generation live at the
+	// compacted revision and only drops keys that are already deleted).
+	live int
 }
 
 // NewIndex returns an empty index.
@@ -49,7 +55,7 @@ func NewIndex() *Index {
 func (x *Index) Clone() *Index {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	c := &Index{tree: x.tree.Clone(), owner: newOwner()}
+	c := &Index{tree: x.tree.Clone(), owner: newOwner(), live: x.live}
 	x.owner = newOwner()
 	return c
 }
@@ -60,6 +66,15 @@ func (x *Index) Len() int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return x.tree.Len()
+}
+
+// Live returns the number of keys that exist now, not counting deleted
+// keys whose history is still indexed. It is maintained by the writes, so
+// it costs no walk.
+func (x *Index) Live() int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.live
 }
 
 // lookup returns the entry for key. The probe closure does not escape, so a
@@ -92,12 +107,20 @@ func (x *Index) Put(key []byte, rev Revision) error {
 			return err
 		}
 		x.tree.ReplaceOrInsert(ki)
+		x.live++
 		return nil
 	}
 	if !rev.GreaterThan(ki.modified) {
 		return ErrStaleRevision
 	}
-	return x.mutable(ki).put(rev)
+	wasLive := ki.live()
+	if err := x.mutable(ki).put(rev); err != nil {
+		return err
+	}
+	if !wasLive {
+		x.live++
+	}
+	return nil
 }
 
 // Tombstone records a delete of key at rev. It fails with
@@ -112,7 +135,11 @@ func (x *Index) Tombstone(key []byte, rev Revision) error {
 	if !rev.GreaterThan(ki.modified) {
 		return ErrStaleRevision
 	}
-	return x.mutable(ki).tombstone(rev)
+	if err := x.mutable(ki).tombstone(rev); err != nil {
+		return err
+	}
+	x.live--
+	return nil
 }
 
 // Restore adds one record read back from the page store while rebuilding
@@ -132,6 +159,7 @@ func (x *Index) Restore(key []byte, rev, created Revision, ver int64, tombstone 
 			ki.restoreTombstone(rev)
 		} else {
 			ki.restore(created, rev, ver)
+			x.live++
 		}
 		x.tree.ReplaceOrInsert(ki)
 		return nil
@@ -139,13 +167,25 @@ func (x *Index) Restore(key []byte, rev, created Revision, ver int64, tombstone 
 	if !rev.GreaterThan(ki.modified) {
 		return ErrStaleRevision
 	}
-	if tombstone {
-		if !ki.live() {
-			return ErrRevisionNotFound
-		}
-		return x.mutable(ki).tombstone(rev)
+	wasLive := ki.live()
+	if tombstone && !wasLive {
+		return ErrRevisionNotFound
 	}
-	return x.mutable(ki).put(rev)
+	m := x.mutable(ki)
+	var err error
+	if tombstone {
+		err = m.tombstone(rev)
+	} else {
+		err = m.put(rev)
+	}
+	if err == nil && wasLive != m.live() {
+		if wasLive {
+			x.live--
+		} else {
+			x.live++
+		}
+	}
+	return err
 }
 
 // Get returns the version of key visible at atRev: its mod revision, its

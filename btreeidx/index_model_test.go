@@ -283,6 +283,16 @@ func (m *modelRun) compact(c int64) {
 func (m *modelRun) checkReads(x *Index, maxRev, minRev int64) {
 	t, rng, h := m.t, m.rng, m.h
 	t.Helper()
+	// Live counts the keys that exist at the index's last revision.
+	live := 0
+	for _, k := range h.keys() {
+		if _, _, _, ok := h.get(k, maxRev); ok {
+			live++
+		}
+	}
+	if got := x.Live(); got != live {
+		t.Fatalf("Live() = %d at revision %d; model %d", got, maxRev, live)
+	}
 	for range 8 {
 		at := minRev + rng.Int64N(maxRev-minRev+1)
 		k := modelKey(rng.IntN(modelKeys))
@@ -384,8 +394,8 @@ func (m *modelRun) checkRestore() {
 			t.Fatalf("Restore(%s, %v): %v", e.key, e.rev, err)
 		}
 	}
-	if y.Len() != m.x.Len() {
-		t.Fatalf("restored index has %d keys, live %d", y.Len(), m.x.Len())
+	if y.Len() != m.x.Len() || y.Live() != m.x.Live() {
+		t.Fatalf("restored index has %d keys (%d live), the written one %d (%d live)", y.Len(), y.Live(), m.x.Len(), m.x.Live())
 	}
 	for range 20 {
 		at := m.compacted + rng.Int64N(m.cur-m.compacted+1)

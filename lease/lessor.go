@@ -86,6 +86,9 @@ type Config struct {
 
 	Logger *slog.Logger
 
+	// Metrics receives grants, revokes and renewals; nil records nothing.
+	Metrics *Metrics
+
 	// Test knobs: the clock and the expiry/checkpoint check interval
 	// (etcd's 500 ms).
 	now  func() time.Time
@@ -281,6 +284,7 @@ func (le *Lessor) Grant(ci, term uint64, id, ttl int64) (int64, error) {
 	w := le.be.BeginWrite()
 	if err == nil {
 		putRecord(w, record{ID: id, TTL: granted})
+		le.cfg.Metrics.granted(granted)
 	}
 	w.End(ci, term)
 	return granted, err
@@ -328,6 +332,7 @@ func (le *Lessor) Revoke(id int64) ([][]byte, error) {
 	delete(le.leases, id)
 	le.expiries.remove(id)
 	close(l.revoked)
+	le.cfg.Metrics.revoked()
 	return l.sortedKeys(), nil
 }
 

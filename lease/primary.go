@@ -165,6 +165,7 @@ func (le *Lessor) Renew(ctx context.Context, id int64) (int64, error) {
 	}
 	l.refresh(le.cfg.now(), 0)
 	le.expiries.set(id, l.expiry)
+	le.cfg.Metrics.renewed()
 	return l.ttl, nil
 }
 

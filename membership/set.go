@@ -2,6 +2,7 @@ package membership
 
 import (
 	"encoding/json"
+	"slices"
 	"sort"
 	"sync"
 
@@ -119,6 +120,19 @@ func (s *Set) Learners() int {
 		}
 	}
 	return n
+}
+
+// Removed returns the ids of the members removed from the cluster, in
+// ascending order.
+func (s *Set) Removed() []uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]uint64, 0, len(s.removed))
+	for id := range s.removed {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // IsRemoved reports whether id was removed from the cluster.

@@ -37,6 +37,7 @@ import (
 type Backend struct {
 	db       *pagestore.DB
 	log      *slog.Logger
+	metrics  *Metrics
 	interval time.Duration
 	limit    int
 
@@ -124,6 +125,8 @@ type BackendConfig struct {
 	// triggers an early commit, so large values do not pile up in memory
 	// for a whole BatchInterval. 0 (default): no byte trigger.
 	CommitBytes int64
+	// Metrics receives the defragmentation figures; nil records nothing.
+	Metrics *Metrics
 	// OnCommitHealth is called when commits start failing (with the
 	// error) and when one succeeds again (with nil), from the goroutine
 	// that committed, with the commit lock held: it must not call back
@@ -149,6 +152,7 @@ func NewBackend(db *pagestore.DB, cfg BackendConfig) (*Backend, error) {
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		commitHook:  cfg.OnCommit,
 		commitBytes: cfg.CommitBytes,
+		metrics:     cfg.Metrics,
 		health:      commitHealth{onChange: cfg.OnCommitHealth},
 		defragSem:   make(chan struct{}, 1),
 	}
@@ -439,7 +443,7 @@ func (b *Backend) commit() error {
 // Defrag returns when the file is as compact as it can be made, when steps
 // stop making progress (pages an open reader still sees cannot move), or
 // when ctx is done.
-func (b *Backend) Defrag(ctx context.Context, progress func(pagestore.DefragProgress)) error {
+func (b *Backend) Defrag(ctx context.Context, progress func(pagestore.DefragProgress)) (err error) {
 	// Pages moved per step. Idle, steps grow (up to idleMax) while a
 	// step's page moves take under 3 ms, so defrag runs at disk speed.
 	// Under load a step rides along with each batch commit (one every
@@ -453,6 +457,18 @@ func (b *Backend) Defrag(ctx context.Context, progress func(pagestore.DefragProg
 		return ctx.Err()
 	case <-b.stop:
 		return ErrBackendClosed
+	}
+	if m := b.metrics; m != nil {
+		// etcd_disk_defrag_inflight while it runs; a finished defrag (not
+		// one that failed or was interrupted) is timed, as in etcd.
+		m.DefragInflight.Set(1)
+		defer m.DefragInflight.Set(0)
+		start := time.Now()
+		defer func() {
+			if err == nil {
+				m.Defrag.Observe(time.Since(start).Seconds())
+			}
+		}()
 	}
 	pages := loadMax
 	var p pagestore.DefragProgress

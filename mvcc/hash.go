@@ -3,6 +3,7 @@ package mvcc
 import (
 	"bytes"
 	"hash/crc32"
+	"time"
 
 	"github.com/strata-db/strata/pagestore"
 )
@@ -33,6 +34,12 @@ func (s *Store) HashKV(rev int64) (KeyValueHash, int64, error) {
 	if rev == 0 {
 		rev = currentRev
 	}
+	start := time.Now()
+	defer func() {
+		if m := s.metrics; m != nil {
+			m.HashRev.Observe(time.Since(start).Seconds())
+		}
+	}()
 	keep := s.idx.Keep(rev)
 	rd, err := s.be.BeginRead()
 	if err != nil {
@@ -67,6 +74,12 @@ func (s *Store) HashKV(rev int64) (KeyValueHash, int64, error) {
 // what is pending), skipping the raft bookkeeping that differs between
 // members: CRC-32C over each bucket name and its keys and values.
 func (s *Store) Hash() (uint32, int64, error) {
+	start := time.Now()
+	defer func() {
+		if m := s.metrics; m != nil {
+			m.Hash.Observe(time.Since(start).Seconds())
+		}
+	}()
 	if err := s.be.ForceCommit(); err != nil {
 		return 0, 0, err
 	}

@@ -259,6 +259,9 @@ func (s *Store) Txn(ci, term uint64, r *pb.TxnRequest) (*pb.TxnResponse, error) 
 		t.end(ci, term)
 		return nil, err
 	}
+	// etcd compares and checks in a read transaction and writes in
+	// another: its metrics count them as two.
+	s.metrics.report(&t.ops)
 	resp, _ := newTxnResp(r, path)
 	if _, err := s.executeTxn(t, r, path, resp); err != nil {
 		// Writes were checked before any was made; a failure now means the

@@ -28,6 +28,9 @@ func (s *Store) DeleteKeys(ci, term uint64, keys [][]byte, also func(*WriteTx)) 
 	slices.SortFunc(sorted, bytes.Compare)
 	sorted = slices.CompactFunc(sorted, bytes.Equal)
 	t := s.beginWrite()
+	// etcd's lessor deletes each attached key with its own DeleteRange in
+	// one transaction, and counts each as a delete.
+	t.ops.deletes += len(sorted)
 	for _, k := range sorted {
 		if live, _ := s.idx.Range(k, nil, t.readRev()); len(live) == 0 {
 			continue

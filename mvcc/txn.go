@@ -16,6 +16,9 @@ type view struct {
 	w   *WriteTx // set inside a write transaction
 	rd  *ReadTx  // opened on first use
 	err error
+	// ops counts the view's operations for the store's metrics; close
+	// reports them.
+	ops opCounts
 }
 
 func (v *view) readTx() (*ReadTx, error) {
@@ -25,11 +28,14 @@ func (v *view) readTx() (*ReadTx, error) {
 	return v.rd, v.err
 }
 
+// close ends the view: it releases the read transaction and reports the
+// operations to the metrics as one store transaction.
 func (v *view) close() {
 	if v.rd != nil {
 		v.rd.Close()
 		v.rd = nil
 	}
+	v.s.metrics.report(&v.ops)
 }
 
 // value returns the stored KeyValue of a put at rev.
@@ -67,6 +73,7 @@ type rangeResult struct {
 // rangeKeys reads [key, end) at atRev (0: the view's revision), at most
 // limit keys if limit > 0, counting every key in range when withTotal.
 func (v *view) rangeKeys(key, end []byte, atRev, limit int64, countOnly, withTotal bool) (*rangeResult, error) {
+	v.ops.ranges++
 	cur := v.rev
 	if atRev > cur {
 		return &rangeResult{count: -1, rev: cur}, ErrFutureRev
@@ -124,6 +131,8 @@ func (t *txnWrite) rangeKeys(key, end []byte, atRev, limit int64, countOnly, wit
 
 func (t *txnWrite) put(key, value []byte, lease int64) int64 {
 	s := t.s
+	t.ops.puts++
+	t.ops.putSize += int64(len(key) + len(value))
 	rev := t.beginRev + 1
 	created, ver := rev, int64(0)
 	oldLease := int64(0)
@@ -156,6 +165,7 @@ func (t *txnWrite) put(key, value []byte, lease int64) int64 {
 }
 
 func (t *txnWrite) deleteRange(key, end []byte) int64 {
+	t.ops.deletes++
 	keys, _ := t.s.idx.Range(key, end, t.readRev())
 	for _, k := range keys {
 		t.delete(k)

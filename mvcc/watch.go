@@ -303,6 +303,7 @@ func (s *WatchableStore) notify(rev int64, events []Event) {
 		}
 		select {
 		case st.in <- m:
+			s.metrics.eventsQueued(m.events())
 			continue
 		default:
 		}
@@ -323,6 +324,7 @@ func (s *WatchableStore) notify(rev int64, events []Event) {
 func (w *watcher) trySend(r WatchResponse) bool {
 	select {
 	case w.stream.in <- streamMsg{w: w, resp: r}:
+		w.stream.s.metrics.eventsQueued(len(r.Events))
 		return true
 	default:
 		return false

@@ -2,13 +2,12 @@ package mvcc
 
 import (
 	"bytes"
-	"math/rand/v2"
-	"sync"
-	"time"
-
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/protobuf/proto"
+	"math/rand/v2"
+	"sync"
+	"time"
 )
 
 // WatchRequest creates one watcher on a stream. Key and End are as on the
@@ -132,6 +131,15 @@ type streamMsg struct {
 	batch []streamMsg
 }
 
+// events is how many watch events m carries.
+func (m streamMsg) events() int {
+	n := len(m.resp.Events)
+	for _, sub := range m.batch {
+		n += len(sub.resp.Events)
+	}
+	return n
+}
+
 // WatchStream is a set of watchers whose responses share one ordered
 // channel: the store side of a gRPC Watch stream.
 //
@@ -168,11 +176,16 @@ func (s *WatchableStore) NewWatchStream() *WatchStream {
 		kick: make(chan struct{}, 1), done: make(chan struct{}), exit: make(chan struct{}),
 		watchers: map[WatchID]*watcher{},
 	}
+	if m := s.metrics; m != nil {
+		m.WatchStreams.Inc()
+	}
 	go ws.forward()
 	return ws
 }
 
-// Chan yields the stream's responses until Close.
+// Chan yields the stream's responses until Close. The reader reports the
+// events it takes to Store.Metrics().EventsTaken, so that
+// etcd_debugging_mvcc_pending_events_total counts what is still queued.
 func (ws *WatchStream) Chan() <-chan WatchResponse { return ws.out }
 
 // Rev returns the store's current revision.
@@ -283,6 +296,31 @@ func (ws *WatchStream) Close() {
 	ws.mu.Unlock()
 	close(ws.done)
 	<-ws.exit
+	ws.drainMetrics()
+}
+
+// drainMetrics accounts for the events still queued when the stream
+// closes, as etcd's send loop does when its stream ends: they count as
+// taken (and sent), and are no longer pending. The forwarder has exited,
+// and the store sends nothing to a stream whose watchers are unregistered,
+// so nothing arrives in `in` after this; `out` is closed, and a response
+// the server's reader takes from it instead is reported by the reader.
+func (ws *WatchStream) drainMetrics() {
+	m := ws.s.metrics
+	if m != nil {
+		m.WatchStreams.Dec()
+	}
+	for {
+		select {
+		case msg := <-ws.in:
+			m.EventsTaken(msg.events())
+		default:
+			for r := range ws.out {
+				m.EventsTaken(len(r.Events))
+			}
+			return
+		}
+	}
 }
 
 // fwdWatcher is the forwarder's view of a live watcher.
@@ -310,6 +348,7 @@ func (ws *WatchStream) forward() {
 		case <-ws.done:
 		case <-ws.s.stopc:
 		}
+		ws.s.metrics.EventsTaken(len(r.Events)) // dropped with the stream
 		return false
 	}
 	drain := func() bool {
@@ -336,7 +375,10 @@ func (ws *WatchStream) forward() {
 		if m.w != nil {
 			fw := live[m.w]
 			if fw == nil {
-				return true // canceled after the store sent it
+				// Canceled after the store sent it: the client would
+				// ignore it (etcd sends it anyway).
+				ws.s.metrics.EventsTaken(len(m.resp.Events))
+				return true
 			}
 			if m.resp.CompactRevision != 0 {
 				// The watch is over, but as in etcd its ID stays taken
@@ -360,6 +402,7 @@ func (ws *WatchStream) forward() {
 		select {
 		case m := <-ws.in:
 			if !drain() {
+				ws.s.metrics.EventsTaken(m.events())
 				return
 			}
 			if m.batch == nil {
@@ -368,13 +411,17 @@ func (ws *WatchStream) forward() {
 				}
 				continue
 			}
-			for _, sub := range m.batch {
+			for i, sub := range m.batch {
 				if !forward1(sub) {
+					for _, rest := range m.batch[i+1:] {
+						ws.s.metrics.EventsTaken(len(rest.resp.Events))
+					}
 					return
 				}
 			}
 		case <-ws.kick:
 		case <-ticker.C:
+			start := time.Now()
 			for w, fw := range live {
 				if w.progress {
 					if fw.quiet {
@@ -382,6 +429,9 @@ func (ws *WatchStream) forward() {
 					}
 					fw.quiet = true
 				}
+			}
+			if m := ws.s.metrics; m != nil {
+				m.ProgressLoop.Observe(time.Since(start).Seconds())
 			}
 		case <-ws.done:
 			return

@@ -230,6 +230,7 @@ func (s *WatchableStore) retryVictims() int {
 			}
 			select {
 			case st.in <- m:
+				s.metrics.eventsQueued(m.events())
 			default:
 				continue
 			}

@@ -27,7 +27,11 @@ func (tx *Tx) Commit() error {
 		}
 	}
 	if published {
-		db.st.recordCommit(time.Since(start), db.writeTime, tx.syncTime)
+		total := time.Since(start)
+		db.st.recordCommit(total, db.writeTime, tx.syncTime)
+		if db.opts.OnCommit != nil {
+			db.opts.OnCommit(CommitTimes{Rebalance: tx.rebalanceTime, Spill: tx.spillTime, Write: tx.writePhase, Total: total})
+		}
 		if tx.truncateTail {
 			db.defragState.steps.Add(1)
 			db.defragState.moved.Add(uint64(tx.defragMoved))
@@ -46,24 +50,37 @@ func (tx *Tx) Commit() error {
 // an error with published=true comes from the StrictMode checker.
 func (tx *Tx) commit() (published bool, err error) {
 	db := tx.db
+	// The phases are timed as bbolt times its commit (its Tx stats, which
+	// etcd exports): merging underfull nodes, writing nodes into pages,
+	// and writing the pages and the meta durably.
+	phase := time.Now()
+	lap := func(d *time.Duration) {
+		now := time.Now()
+		*d += now.Sub(phase)
+		phase = now
+	}
 	for _, b := range tx.sortedBuckets() {
 		if err := b.rebalance(); err != nil {
 			return false, err
 		}
+		lap(&tx.rebalanceTime)
 		if err := b.spill(); err != nil {
 			return false, err
 		}
 		if err := tx.root.put(b.name, encodeBucketHeader(b.root, b.id), elemFlagBucket); err != nil {
 			return false, err
 		}
+		lap(&tx.spillTime)
 	}
 	if tx.root.rootNode != nil {
 		if err := tx.root.rebalance(); err != nil {
 			return false, err
 		}
+		lap(&tx.rebalanceTime)
 		if err := tx.root.spill(); err != nil {
 			return false, err
 		}
+		lap(&tx.spillTime)
 		tx.meta.root = tx.root.root
 	}
 	if tx.truncateTail {
@@ -85,6 +102,7 @@ func (tx *Tx) commit() (published bool, err error) {
 	if q := db.opts.MaxInUseBytes; q > 0 && tx.grew && inUse > q {
 		return false, fmt.Errorf("%w: %s: commit would use %d bytes, quota is %d", ErrNoSpace, db.path, inUse, q)
 	}
+	phase = time.Now()
 	if err := db.writeDirty(tx.dirty, tx.meta.hwm); err != nil {
 		return false, err
 	}
@@ -94,6 +112,7 @@ func (tx *Tx) commit() (published bool, err error) {
 	if err := db.writeMeta(&tx.meta); err != nil {
 		return false, err
 	}
+	lap(&tx.writePhase)
 
 	// Durable: publish.
 	tx.published = true

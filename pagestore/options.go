@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/strata-db/strata/vfs"
 )
@@ -72,6 +73,30 @@ type Options struct {
 	// Logger receives rare events (recovery choices, failed syncs,
 	// truncation). Default: discard.
 	Logger *slog.Logger
+
+	// OnCommit, if set, is called after each commit that published a new
+	// state, with how long its phases took, on the committing goroutine
+	// with the write lock held: it must be quick and must not use the DB.
+	// The server exports the phases under etcd's bbolt commit metrics.
+	OnCommit func(CommitTimes)
+}
+
+// CommitTimes are the phases of one commit, named after bbolt's
+// transaction statistics so that they map onto etcd's metrics.
+type CommitTimes struct {
+	// Rebalance is the time spent merging underfull nodes of the changed
+	// B+trees (bbolt's RebalanceTime).
+	Rebalance time.Duration
+	// Spill is the time spent splitting the changed nodes and encoding
+	// them into new pages, bucket headers included (bbolt's SpillTime).
+	Spill time.Duration
+	// Write is the time spent writing the dirty pages, the fdatasync, and
+	// writing and syncing the meta page (bbolt's WriteTime covers the same
+	// steps). The free-list record is encoded before it, untimed, as
+	// bbolt's free-list commit is.
+	Write time.Duration
+	// Total is the whole commit.
+	Total time.Duration
 }
 
 // DefaultMaxMapSize is the default Options.MaxMapSize.

@@ -31,8 +31,10 @@ type Tx struct {
 	truncHWM        pgid // hwm right after that drop (0: none)
 	lockWait        time.Duration
 	syncTime        time.Duration // time the commit spent in fdatasync
-	shrinkTo        int64         // defrag: file size to cut to after unlocking
-	published       bool          // the commit is durable: dirty becomes db.recent
+	// Commit phases, for Options.OnCommit (see CommitTimes).
+	rebalanceTime, spillTime, writePhase time.Duration
+	shrinkTo                             int64 // defrag: file size to cut to after unlocking
+	published                            bool  // the commit is durable: dirty becomes db.recent
 }
 
 type dirtyPage struct {

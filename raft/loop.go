@@ -285,14 +285,17 @@ func (n *Node) snapshot(idx uint64, cs *raftpb.ConfState) error {
 	if err := n.sm.Commit(); err != nil {
 		return err
 	}
+	t0 := time.Now()
 	snap, err := n.storage.CreateSnapshot(idx, cs, nil)
 	if err != nil {
 		return err
 	}
+	t1 := time.Now()
 	term := snap.GetMetadata().GetTerm()
 	if err := n.wal.SaveSnapshot(wal.Snapshot{Index: idx, Term: term, ConfState: cs}); err != nil {
 		return err
 	}
+	n.cfg.Metrics.snapshotSaved(t1.Sub(t0), time.Since(t1))
 	if idx > n.cfg.CatchUpEntries {
 		if err := n.storage.Compact(idx - n.cfg.CatchUpEntries); err != nil && err != etcdraft.ErrCompacted {
 			return err
@@ -364,12 +367,13 @@ func (n *Node) startReads() {
 	n.readSeq++
 	ctx := make([]byte, 8)
 	binary.BigEndian.PutUint64(ctx, n.readSeq)
-	n.readInflight[n.readSeq] = batch
+	n.readInflight[n.readSeq] = readBatch{waiters: batch, sent: time.Now()}
 	n.rn.ReadIndex(ctx)
 	// Requests a leaderless node cannot serve are dropped by raft; fail
 	// them now rather than let the callers time out.
 	if n.lead.Load() == 0 {
 		delete(n.readInflight, n.readSeq)
+		n.cfg.Metrics.readFailed()
 		for _, w := range batch {
 			w.err = ErrNoLeader
 			close(w.done)
@@ -382,9 +386,13 @@ func (n *Node) finishRead(rs etcdraft.ReadState) {
 		return
 	}
 	seq := binary.BigEndian.Uint64(rs.RequestCtx)
-	batch := n.readInflight[seq]
+	batch, ok := n.readInflight[seq]
+	if !ok {
+		return
+	}
 	delete(n.readInflight, seq)
-	for _, w := range batch {
+	n.cfg.Metrics.readAnswered(time.Since(batch.sent))
+	for _, w := range batch.waiters {
 		w.index = rs.Index
 		close(w.done)
 	}
@@ -392,7 +400,8 @@ func (n *Node) finishRead(rs etcdraft.ReadState) {
 
 func (n *Node) failReaders(err error) {
 	for seq, batch := range n.readInflight {
-		for _, w := range batch {
+		n.cfg.Metrics.readFailed()
+		for _, w := range batch.waiters {
 			w.err = err
 			close(w.done)
 		}

@@ -80,6 +80,9 @@ type Config struct {
 	Transport Transport
 	// Logger gets lifecycle and error messages. Default: discard.
 	Logger *slog.Logger
+	// Metrics receives read index and snapshot figures; nil records
+	// nothing.
+	Metrics *Metrics
 }
 
 // Errors returned by Node.
@@ -112,7 +115,7 @@ type Node struct {
 	// when it issues their ReadIndex.
 	readMu       sync.Mutex
 	readWaiting  []*readWaiter
-	readInflight map[uint64][]*readWaiter
+	readInflight map[uint64]readBatch
 	readSeq      uint64
 
 	// Published state, read by any goroutine.
@@ -156,6 +159,12 @@ type readWaiter struct {
 	done  chan struct{}
 }
 
+// readBatch is the readers one raft ReadIndex request serves.
+type readBatch struct {
+	waiters []*readWaiter
+	sent    time.Time
+}
+
 // Start opens (or creates) the WAL, restores raft's log from it, and
 // starts the raft and apply goroutines.
 func Start(cfg Config) (*Node, error) {
@@ -184,7 +193,7 @@ func Start(cfg Config) (*Node, error) {
 		stopc:           make(chan struct{}),
 		done:            make(chan struct{}),
 		appliedDone:     make(chan struct{}),
-		readInflight:    map[uint64][]*readWaiter{},
+		readInflight:    map[uint64]readBatch{},
 		appliedNotify:   make(chan struct{}),
 		persistedNotify: make(chan struct{}),
 	}

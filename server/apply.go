@@ -2,6 +2,7 @@ package server
 
 import (
 	"sync/atomic"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/raft/v3/raftpb"
@@ -45,7 +46,6 @@ func (a *applier) Apply(ents []*raftpb.Entry) {
 			a.applyConfChange(idx, term, e)
 		}
 		a.applied.Store(idx)
-		a.s.metrics.proposalsApplied.Inc()
 	}
 }
 
@@ -65,7 +65,9 @@ func (a *applier) applyNormal(idx, term uint64, data []byte) {
 	if id == 0 {
 		id = req.ID
 	}
+	start := time.Now()
 	r := a.dispatch(idx, term, &req)
+	s.metrics.observeApply(applyOp(&req), r.err, time.Since(start), s.cfg.WarningApplyDuration)
 	s.wait.trigger(id, r)
 }
 

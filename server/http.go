@@ -13,8 +13,6 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc/status"
-
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // httpHandler serves the HTTP endpoints of the client port (full) or of a
@@ -25,16 +23,17 @@ func (s *Server) httpHandler(full bool, gw http.Handler) http.Handler {
 		mux.Handle("/v3/", gw)
 		mux.Handle("/v3beta/", gw)
 	}
-	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", s.metrics.handler)
 	mux.HandleFunc("/health", s.handleHealth)
 	for path, probes := range map[string]func(*http.Request) []probe{"/livez": s.livezProbes, "/readyz": s.readyzProbes} {
+		kind := path[1:] // the type label of etcd_server_healthcheck
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
-			writeProbes(w, r, probes(r), r.URL.Query()["exclude"])
+			writeProbes(w, r, s.recordProbes(kind, probes(r)), r.URL.Query()["exclude"])
 		})
 		// etcd serves each check alone too, at /readyz/<name>.
 		mux.HandleFunc(path+"/", func(w http.ResponseWriter, r *http.Request) {
 			name := strings.TrimPrefix(r.URL.Path, path+"/")
-			for _, p := range probes(r) {
+			for _, p := range s.recordProbes(kind, probes(r)) {
 				if p.name == name {
 					writeProbes(w, r, []probe{p}, nil)
 					return
@@ -74,14 +73,20 @@ func (s *Server) healthCheck(serializable bool) (bool, string) {
 	if s.node.Status().Leader == 0 {
 		return false, "RAFT NO LEADER"
 	}
-	if !serializable {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if err := s.linearizableRead(ctx); err != nil {
-			return false, "QGET ERROR:" + err.Error()
-		}
+	// A local read, as etcd's: a linearizable one unless serializable is
+	// asked for.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := s.rangeRead(ctx, healthRange(serializable)); err != nil {
+		return false, "QGET ERROR:" + err.Error()
 	}
 	return true, ""
+}
+
+// healthRange is the read etcd's health checks make: at most one key,
+// keys only, of the empty key.
+func healthRange(serializable bool) *pb.RangeRequest {
+	return &pb.RangeRequest{KeysOnly: true, Limit: 1, Serializable: serializable}
 }
 
 // alarmHealth is /health's first check, as etcd's: an active alarm whose
@@ -110,6 +115,9 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	health := "false"
 	if ok {
 		health = "true"
+		s.metrics.healthSuccess.Inc()
+	} else {
+		s.metrics.healthFailed.Inc()
 	}
 	b, _ := json.Marshal(map[string]string{"health": health, "reason": reason})
 	if !ok {
@@ -121,8 +129,32 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	w.Write(b)
 }
 
-func (s *Server) livezProbes(*http.Request) []probe {
-	return []probe{{"serializable_read", func() error { return nil }}}
+func (s *Server) livezProbes(r *http.Request) []probe {
+	return []probe{{"serializable_read", s.readProbe(r, true)}}
+}
+
+// readProbe is etcd's serializable_read and linearizable_read check.
+func (s *Server) readProbe(r *http.Request, serializable bool) func() error {
+	return func() error {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		_, err := s.rangeRead(ctx, healthRange(serializable))
+		return err
+	}
+}
+
+// recordProbes wraps each check so that running it updates etcd's
+// etcd_server_healthcheck and etcd_server_healthchecks_total.
+func (s *Server) recordProbes(kind string, ps []probe) []probe {
+	out := make([]probe, len(ps))
+	for i, p := range ps {
+		out[i] = probe{p.name, func() error {
+			err := p.check()
+			s.metrics.observeHealthCheck(kind, p.name, err)
+			return err
+		}}
+	}
+	return out
 }
 
 func (s *Server) readyzProbes(r *http.Request) []probe {
@@ -133,18 +165,14 @@ func (s *Server) readyzProbes(r *http.Request) []probe {
 			}
 			return nil
 		}},
-		{"linearizable_read", func() error {
-			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-			defer cancel()
-			return s.linearizableRead(ctx)
-		}},
+		{"linearizable_read", s.readProbe(r, false)},
 		{"non_learner", func() error {
 			if m := s.members.Get(s.id); m != nil && m.IsLearner {
 				return errLearner
 			}
 			return nil
 		}},
-		{"serializable_read", func() error { return nil }},
+		{"serializable_read", s.readProbe(r, true)},
 	}
 }
 

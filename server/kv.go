@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -76,6 +77,11 @@ func (s *Server) proposeAs(ctx context.Context, req *pb.InternalRaftRequest, ai 
 		return applyResult{}, err
 	}
 	defer release()
+	// etcd_server_request_duration_seconds: from here to the result. As
+	// in etcd, success means the request was proposed; a proposal that
+	// times out, or whose apply fails, still counts as a success.
+	start, proposed := time.Now(), false
+	defer func() { s.metrics.observeRequest(requestType(req), proposed, time.Since(start)) }()
 	id := s.reqIDs.next()
 	req.Header = &pb.RequestHeader{ID: id}
 	if ai != nil {
@@ -91,7 +97,6 @@ func (s *Server) proposeAs(ctx context.Context, req *pb.InternalRaftRequest, ai 
 	ch := s.wait.register(id)
 	ctx, cancel := context.WithTimeout(ctx, s.requestTimeout())
 	defer cancel()
-	start := time.Now()
 	s.metrics.proposalsPending.Inc()
 	defer s.metrics.proposalsPending.Dec()
 	drop := func(err error) {
@@ -105,14 +110,13 @@ func (s *Server) proposeAs(ctx context.Context, req *pb.InternalRaftRequest, ai 
 		s.metrics.proposalsFailed.Inc()
 		return applyResult{}, readErr(ctx, err)
 	}
+	proposed = true
 	select {
 	case r := <-ch:
 		if r.dropped {
 			s.metrics.proposalsFailed.Inc()
 			return applyResult{}, r.err
 		}
-		s.metrics.proposalsCommitted.Inc()
-		s.metrics.observeApply(time.Since(start))
 		return r, nil
 	case <-ctx.Done():
 		s.wait.cancel(id)
@@ -138,18 +142,39 @@ func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 	if err := s.auth.IsRangePermitted(ai, r.Key, r.RangeEnd); err != nil {
 		return nil, auth.ToGRPCError(err)
 	}
-	if !r.Serializable {
-		if err := s.linearizableRead(ctx); err != nil {
-			return nil, toGRPCError(err)
-		}
-	}
-	resp, err := s.kv.Range(r)
-	s.metrics.rangeTotal.Inc()
+	resp, err := s.rangeRead(ctx, r)
 	if err != nil {
 		return nil, toGRPCError(err)
 	}
 	s.fill(resp.Header)
 	return resp, nil
+}
+
+// rangeRead serves a permitted Range: a linearizable wait unless the
+// request is serializable, then the local read. It is etcd's
+// EtcdServer.Range, which its health checks call too, and keeps etcd's
+// figures: request_duration_seconds{type="Range"} for the whole,
+// range_duration_seconds for the read, and a slow apply beyond
+// --warning-apply-duration.
+func (s *Server) rangeRead(ctx context.Context, r *pb.RangeRequest) (resp *pb.RangeResponse, err error) {
+	start := time.Now()
+	defer func() {
+		d := time.Since(start)
+		s.metrics.observeRequest("Range", err == nil, d)
+		if d > s.cfg.WarningApplyDuration {
+			s.metrics.slowApply.Inc()
+		}
+	}()
+	if !r.Serializable {
+		if err := s.linearizableRead(ctx); err != nil {
+			return nil, err
+		}
+	}
+	rstart := time.Now()
+	resp, err = s.kv.Range(r)
+	// etcd truncates to whole microseconds.
+	s.metrics.rangeDuration.WithLabelValues(strconv.FormatBool(err == nil)).Observe(float64(time.Since(rstart).Microseconds()) / 1e6)
+	return resp, err
 }
 
 func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
@@ -167,7 +192,6 @@ func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, 
 	if err == nil {
 		err = res.err
 	}
-	k.s.metrics.putTotal.Inc()
 	if err != nil {
 		return nil, toGRPCError(err)
 	}
@@ -191,7 +215,6 @@ func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 	if err == nil {
 		err = res.err
 	}
-	k.s.metrics.deleteTotal.Inc()
 	if err != nil {
 		return nil, toGRPCError(err)
 	}
@@ -222,7 +245,6 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 	if _, _, err := checkIntervals(r.Failure); err != nil {
 		return nil, err
 	}
-	s.metrics.txnTotal.Inc()
 	ai, err := s.authInfo(ctx)
 	if err != nil {
 		return nil, err
@@ -237,7 +259,14 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 				return nil, toGRPCError(err)
 			}
 		}
+		// As etcd, the read itself is timed (ReadonlyTxn), not the wait.
+		start := time.Now()
 		resp, err := s.kv.ReadTxn(r)
+		d := time.Since(start)
+		s.metrics.observeRequest("ReadonlyTxn", err == nil, d)
+		if d > s.cfg.WarningApplyDuration {
+			s.metrics.slowApply.Inc()
+		}
 		if err != nil {
 			return nil, toGRPCError(err)
 		}

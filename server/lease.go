@@ -77,6 +77,7 @@ func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error
 			return nil
 		}
 		if err != nil {
+			s.metrics.streamFailed("receive", "lease-keepalive", stream.Context(), err)
 			return err
 		}
 		resp := &pb.LeaseKeepAliveResponse{ID: req.ID, Header: s.header(0)}
@@ -92,6 +93,7 @@ func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error
 			return toGRPCError(err)
 		}
 		if err := stream.Send(resp); err != nil {
+			s.metrics.streamFailed("send", "lease-keepalive", stream.Context(), err)
 			return err
 		}
 	}
@@ -285,6 +287,9 @@ func (s *Server) runLeases() {
 					res, err := s.propose(ctx, &pb.InternalRaftRequest{LeaseRevoke: &pb.LeaseRevokeRequest{ID: id}})
 					if err == nil {
 						err = res.err
+					}
+					if err == nil {
+						s.metrics.leaseExpired.Inc()
 					}
 					// The lessor reports the lease again later. Under the
 					// CORRUPT alarm every revoke is refused, so expired

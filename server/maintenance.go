@@ -54,6 +54,17 @@ func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 func (m *maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
 	s := m.s
 	if r.Action == pb.AlarmRequest_GET {
+		// As etcd, a GET goes through raft too (so it is linearizable,
+		// and fails as etcd's does without a leader); its apply only
+		// reads. The answer is then read here, filtered by type.
+		r.ProtoReflect().SetUnknown(nil)
+		res, err := s.propose(ctx, &pb.InternalRaftRequest{Alarm: r})
+		if err == nil {
+			err = res.err
+		}
+		if err != nil {
+			return nil, toGRPCError(err)
+		}
 		resp := &pb.AlarmResponse{Header: s.header(0)}
 		for _, a := range s.alarms.list() {
 			if r.Alarm == pb.AlarmType_NONE || a.Alarm == r.Alarm { // etcd filters by type

@@ -164,10 +164,13 @@ func (c *clusterServer) MemberPromote(ctx context.Context, r *pb.MemberPromoteRe
 		return nil, err
 	}
 	if !m.IsLearner {
+		// etcd's reason label is its internal error's text.
+		c.s.metrics.promoteFailed.WithLabelValues("membership: can only promote a learner member").Inc()
 		return nil, rpctypes.ErrGRPCMemberNotLearner
 	}
 	// A learner is ready once it has caught up with the leader's log;
 	// without a peer transport none can be.
+	c.s.metrics.promoteFailed.WithLabelValues("etcdserver: can only promote a learner member which is in sync with leader").Inc()
 	return nil, rpctypes.ErrGRPCLearnerNotReady
 }
 

@@ -41,9 +41,9 @@ func (s *Server) Serve() error {
 		// requests in flight, not for the CPUs: a new goroutine per RPC
 		// also grows its stack afresh each time.
 		grpc.NumStreamWorkers(uint32(max(256, 4*runtime.GOMAXPROCS(0)))),
-		grpc.ChainUnaryInterceptor(s.metrics.unaryInterceptor, s.authUnary),
-		grpc.ChainStreamInterceptor(s.metrics.streamInterceptor, s.authStream),
-		grpc.StatsHandler(statsHandler{s.metrics}),
+		grpc.ChainUnaryInterceptor(s.metrics.grpc.unaryInterceptor, s.authUnary),
+		grpc.ChainStreamInterceptor(s.metrics.grpc.streamInterceptor, s.authStream),
+		grpc.StatsHandler(statsHandler{s.metrics.grpc}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.cfg.GRPCKeepAliveMinTime, PermitWithoutStream: false}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.cfg.GRPCKeepAliveInterval, Timeout: s.cfg.GRPCKeepAliveTimeout}),
 	}
@@ -68,11 +68,14 @@ func (s *Server) Serve() error {
 	pb.RegisterLeaseServer(s.grpc, &leaseServer{s: s})
 	pb.RegisterAuthServer(s.grpc, &authServer{s: s})
 	pb.RegisterWatchServer(s.grpc, &watchServer{s: s})
-	v3lockpb.RegisterLockServer(s.grpc, &lockServer{s: s})
-	v3electionpb.RegisterElectionServer(s.grpc, &electionServer{s: s})
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(s.grpc, hs)
+	// etcd creates the gRPC metrics' series of the services registered
+	// so far, and registers Lock and Election after.
+	s.metrics.grpc.preinit(s.grpc.GetServiceInfo())
+	v3lockpb.RegisterLockServer(s.grpc, &lockServer{s: s})
+	v3electionpb.RegisterElectionServer(s.grpc, &electionServer{s: s})
 
 	if err := s.serveClients(clientTLS); err != nil {
 		s.stopListeners()

@@ -122,8 +122,9 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	if err := os.MkdirAll(cfg.SnapDir(), 0o700); err != nil {
 		return nil, err
 	}
-	s.metrics = newMetrics()
-	if s.db, err = pagestore.Open(cfg.BackendPath(), &pagestore.Options{Logger: lg, FS: hooks.dbFS}); err != nil {
+	s.metrics = newMetrics(cfg.Metrics == "extensive")
+	if s.db, err = pagestore.Open(cfg.BackendPath(), &pagestore.Options{Logger: lg, FS: hooks.dbFS,
+		OnCommit: s.metrics.observeCommitPhases}); err != nil {
 		return nil, fmt.Errorf("open backend %s: %w", cfg.BackendPath(), err)
 	}
 	// After the page store's lock, so a second server on this data dir
@@ -137,6 +138,7 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 		// a healthy disk never comes near the bound.
 		CommitBytes:    cfg.BackendBacklogBytes / 4,
 		OnCommitHealth: s.diskFull.onCommitHealth,
+		Metrics:        s.metrics.mvcc,
 	})
 	if err != nil {
 		return nil, err
@@ -145,7 +147,7 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 		return nil, err
 	}
 	s.lessor, err = lease.Open(s.be, lease.Config{
-		MinTTL: lease.MinTTL(cfg.ElectionTimeout(), cfg.HeartbeatInterval()), Logger: lg})
+		MinTTL: lease.MinTTL(cfg.ElectionTimeout(), cfg.HeartbeatInterval()), Logger: lg, Metrics: s.metrics.lease})
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +155,7 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	if err := s.openAuth(); err != nil {
 		return nil, err
 	}
-	s.watch, err = mvcc.NewWatchableStore(s.be, mvcc.StoreConfig{Logger: lg, Leases: s.lessor},
+	s.watch, err = mvcc.NewWatchableStore(s.be, mvcc.StoreConfig{Logger: lg, Leases: s.lessor, Metrics: s.metrics.mvcc},
 		mvcc.WatchConfig{ProgressNotifyInterval: cfg.WatchProgressNotifyInterval})
 	if err != nil {
 		return nil, err
@@ -189,6 +191,7 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 		PreVote:      cfg.PreVote,
 		StateMachine: s.applier,
 		Logger:       lg,
+		Metrics:      s.metrics.raft,
 	})
 	if err != nil {
 		return nil, err

@@ -91,6 +91,7 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, srv pb.Maintenance_S
 		return toGRPCError(err)
 	}
 	took := time.Since(start)
+	s.metrics.backendSnapshot.Observe(took.Seconds())
 	s.lg.Info("successfully sent database snapshot to client", "format", format, "total-bytes", size,
 		"took", took, "bytes-per-second", int64(float64(size)/max(took.Seconds(), 1e-9)))
 	return nil

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"io"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -43,17 +45,24 @@ func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
 					sendErr <- nil
 					return
 				}
+				s.kv.Metrics().EventsTaken(len(r.Events))
+				start := time.Now()
 				for _, m := range r.Proto(s.header(0), int(s.cfg.MaxRequestBytes)) {
 					if err := stream.Send(m); err != nil {
+						s.metrics.streamFailed("send", "watch", ctx, err)
 						sendErr <- err
 						return
 					}
 				}
+				s.metrics.observeWatchSend(r, time.Since(start))
 			case m := <-own:
+				start := time.Now()
 				if err := stream.Send(m); err != nil {
+					s.metrics.streamFailed("send", "watch", ctx, err)
 					sendErr <- err
 					return
 				}
+				s.metrics.watchSendControl.Observe(time.Since(start).Seconds())
 			case <-ctx.Done():
 				sendErr <- ctx.Err()
 				return
@@ -73,13 +82,26 @@ func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
 				recvErr = nil
 				continue
 			}
-			return err
+			if err != nil {
+				s.metrics.streamFailed("receive", "watch", ctx, err)
+			}
+			return watchCanceled(err)
 		case err := <-sendErr:
-			return err
+			return watchCanceled(err)
 		case <-s.stopping:
 			return rpctypes.ErrGRPCStopped
 		}
 	}
+}
+
+// watchCanceled is etcd's answer when a watch stream's context is
+// canceled (the client went away): its "watch canceled" error, code
+// Canceled.
+func watchCanceled(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return rpctypes.ErrGRPCWatchCanceled
+	}
+	return err
 }
 
 func (w *watchServer) recvLoop(stream pb.Watch_WatchServer, ws *mvcc.WatchStream, own chan<- *pb.WatchResponse) error {

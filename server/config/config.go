@@ -274,6 +274,9 @@ type Config struct {
 	// the file key, the --experimental-* booleans), with the value given;
 	// etcd's start-up line lists exactly these.
 	FeatureGatesGiven map[string]bool `json:"-"`
+	// allGates holds the AllAlpha and AllBeta values --feature-gates
+	// set, which FeatureGates resolves away (see FeatureGateList).
+	allGates map[string]bool
 
 	// ---- security ----
 

@@ -75,6 +75,29 @@ func KnownFeatureGates() []string {
 	}, out...)
 }
 
+// FeatureGate is one gate as etcd's etcd_server_feature_enabled metric
+// lists it: its name, its stage (ALPHA or BETA) and whether it is on.
+type FeatureGate struct {
+	Name, Stage string
+	Enabled     bool
+}
+
+// FeatureGateList returns every known gate with its stage and effective
+// value, and the AllAlpha and AllBeta pseudo-gates with the value
+// --feature-gates gave them (false if none), as etcd lists them.
+func (c *Config) FeatureGateList() []FeatureGate {
+	var out []FeatureGate
+	for _, name := range slices.Sorted(maps.Keys(knownFeatures)) {
+		stage := "ALPHA"
+		if knownFeatures[name].beta {
+			stage = "BETA"
+		}
+		out = append(out, FeatureGate{Name: name, Stage: stage, Enabled: c.FeatureGates[name]})
+	}
+	return append(out, FeatureGate{featureAllAlpha, "ALPHA", c.allGates[featureAllAlpha]},
+		FeatureGate{featureAllBeta, "BETA", c.allGates[featureAllBeta]})
+}
+
 func defaultFeatureGates() map[string]bool {
 	m := make(map[string]bool, len(knownFeatures))
 	for k, s := range knownFeatures {
@@ -87,13 +110,13 @@ func defaultFeatureGates() map[string]bool {
 // raw text (needed for etcd's both-spellings check) and recomputes the
 // effective map on every Set, so repeated flags accumulate as in etcd.
 type featureGatesValue struct {
-	dst *map[string]bool
+	c   *Config
 	raw *string
 	set map[string]bool // every key ever given, across repeated flags (Config.FeatureGatesGiven)
 }
 
-func newFeatureGatesValue(dst *map[string]bool, raw *string, given map[string]bool) *featureGatesValue {
-	return &featureGatesValue{dst: dst, raw: raw, set: given}
+func newFeatureGatesValue(c *Config, raw *string) *featureGatesValue {
+	return &featureGatesValue{c: c, raw: raw, set: c.FeatureGatesGiven}
 }
 
 func (v *featureGatesValue) Set(s string) error {
@@ -102,7 +125,7 @@ func (v *featureGatesValue) Set(s string) error {
 		return err
 	}
 	maps.Copy(v.set, m)
-	*v.dst = effectiveFeatureGates(v.set)
+	v.c.setFeatureGates(v.set)
 	if *v.raw != "" && s != "" {
 		*v.raw += ","
 	}
@@ -140,6 +163,13 @@ func parseFeatureGates(s string) (map[string]bool, error) {
 		m[k] = b
 	}
 	return m, nil
+}
+
+// setFeatureGates sets the effective gates from the explicit settings,
+// and remembers the AllAlpha and AllBeta settings for FeatureGateList.
+func (c *Config) setFeatureGates(set map[string]bool) {
+	c.FeatureGates = effectiveFeatureGates(set)
+	c.allGates = map[string]bool{featureAllAlpha: set[featureAllAlpha], featureAllBeta: set[featureAllBeta]}
 }
 
 // effectiveFeatureGates resolves explicit settings over AllAlpha/AllBeta

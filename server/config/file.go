@@ -145,7 +145,7 @@ func fromFile(path string, p *parseState) (*Config, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.FeatureGates = effectiveFeatureGates(m)
+		c.setFeatureGates(m)
 		c.FeatureGatesGiven = m
 	}
 	if err := fileLegacy(c, keys, x.FeatureGates, p); err != nil {

@@ -98,7 +98,7 @@ var flagDefs = []flagDef{
 	{gMember, "raft-read-timeout", "Read timeout on peer connections (at least 5s).", dur(func(c *Config) *time.Duration { return &c.RaftReadTimeout }), nil},
 	{gMember, "raft-write-timeout", "Write timeout on peer connections (at least 5s).", dur(func(c *Config) *time.Duration { return &c.RaftWriteTimeout }), nil},
 	{gMember, "feature-gates", "Comma-separated Gate=true|false pairs; known gates:\n" + strings.Join(KnownFeatureGates(), "\n"), func(c *Config, p *parseState) flag.Value {
-		return newFeatureGatesValue(&c.FeatureGates, &p.featureGatesRaw, c.FeatureGatesGiven)
+		return newFeatureGatesValue(c, &p.featureGatesRaw)
 	}, nil},
 
 	// Clustering

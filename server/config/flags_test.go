@@ -351,3 +351,36 @@ func etcdFlagNames(path string) ([]string, error) {
 	}
 	return names, nil
 }
+
+// TestFeatureGateList checks the gates etcd_server_feature_enabled lists:
+// every gate with its stage and effective value, and AllAlpha/AllBeta as
+// given (they are not derived from the gates they flip).
+func TestFeatureGateList(t *testing.T) {
+	list := func(c *Config) map[string]FeatureGate {
+		m := map[string]FeatureGate{}
+		for _, g := range c.FeatureGateList() {
+			m[g.Name] = g
+		}
+		return m
+	}
+	c, _ := mustParse(t, nil, nil)
+	got := list(c)
+	if len(got) != len(knownFeatures)+2 {
+		t.Fatalf("%d gates listed, want %d", len(got), len(knownFeatures)+2)
+	}
+	for name, want := range map[string]FeatureGate{
+		"AllAlpha":           {"AllAlpha", "ALPHA", false},
+		"AllBeta":            {"AllBeta", "BETA", false}, // every beta gate is on by default, AllBeta is not set
+		"FastLeaseKeepAlive": {"FastLeaseKeepAlive", "BETA", true},
+		"LeaseCheckpoint":    {"LeaseCheckpoint", "ALPHA", false},
+	} {
+		if got[name] != want {
+			t.Errorf("default %s: %+v, want %+v", name, got[name], want)
+		}
+	}
+	c, _ = mustParse(t, []string{"--feature-gates=AllAlpha=true,CompactHashCheck=false"}, nil)
+	got = list(c)
+	if !got["AllAlpha"].Enabled || !got["LeaseCheckpoint"].Enabled || got["CompactHashCheck"].Enabled || got["AllBeta"].Enabled {
+		t.Errorf("AllAlpha=true,CompactHashCheck=false: %+v", got)
+	}
+}
