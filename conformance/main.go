@@ -158,7 +158,7 @@ func run(argv []string) int {
 		fmt.Fprintf(os.Stderr, "etcd-e2e: cannot become a child subreaper (%v): processes orphaned by a test may survive it\n", err)
 	}
 	if *work == "" {
-		d, err := os.MkdirTemp("", "etcd-e2e.")
+		d, err := os.MkdirTemp("", "ee2e")
 		if err != nil {
 			return bad("%v", err)
 		}

@@ -23,6 +23,8 @@ type outcome struct {
 	// First is the first assertion that failed (or the skip reason, or
 	// where a timed-out test was when it was stopped), one line.
 	First string
+	// Note qualifies a pass (see expectLeakOnly).
+	Note string
 }
 
 var (
@@ -40,11 +42,11 @@ var (
 func judge(output []byte, name string, exitCode int, killed bool, src *sourceIndex) outcome {
 	lines := strings.Split(strings.ReplaceAll(string(output), "\r\n", "\n"), "\n")
 	if killed {
-		return outcome{resTimeout, "stopped by the watchdog; last output: " + lastLogLine(lines, len(lines))}
+		return outcome{Result: resTimeout, First: "stopped by the watchdog; last output: " + lastLogLine(lines, len(lines))}
 	}
 	for i, l := range lines {
 		if strings.HasPrefix(l, "panic: test timed out after") {
-			return outcome{resTimeout, strings.TrimPrefix(l, "panic: ") + "; last output: " + lastLogLine(lines, i)}
+			return outcome{Result: resTimeout, First: strings.TrimPrefix(l, "panic: ") + "; last output: " + lastLogLine(lines, i)}
 		}
 	}
 	status := ""
@@ -58,9 +60,11 @@ func judge(output []byte, name string, exitCode int, killed bool, src *sourceInd
 	}
 	switch {
 	case status == "SKIP":
-		return outcome{resSkip, skipReason(lines, statusAt)}
+		return outcome{Result: resSkip, First: skipReason(lines, statusAt)}
 	case status == "PASS" && exitCode == 0:
-		return outcome{resPass, ""}
+		return outcome{Result: resPass, First: ""}
+	case status == "PASS" && expectLeakOnly(lines[statusAt+1:]):
+		return outcome{Result: resPass, Note: leakNote}
 	case status == "PASS":
 		// The test passed but the binary failed afterwards: etcd's
 		// TestMain fails a run that leaks goroutines.
@@ -70,7 +74,7 @@ func judge(output []byte, name string, exitCode int, killed bool, src *sourceInd
 				after = append(after, l)
 			}
 		}
-		return outcome{resFail, "passed, then the test binary exited " + strconv.Itoa(exitCode) + ": " + firstNonEmpty(after)}
+		return outcome{Result: resFail, First: "passed, then the test binary exited " + strconv.Itoa(exitCode) + ": " + firstNonEmpty(after)}
 	case status == "" && exitCode == 0:
 		var out []string
 		for _, l := range lines {
@@ -78,9 +82,63 @@ func judge(output []byte, name string, exitCode int, killed bool, src *sourceInd
 				out = append(out, l)
 			}
 		}
-		return outcome{resFail, "no result line for " + name + " (not in the test binary?): " + firstNonEmpty(reverse(out))}
+		return outcome{Result: resFail, First: "no result line for " + name + " (not in the test binary?): " + firstNonEmpty(reverse(out))}
 	}
-	return outcome{resFail, firstAssertion(lines, src)}
+	return outcome{Result: resFail, First: firstAssertion(lines, src)}
+}
+
+const leakNote = "TestMain's goroutine check saw only the expect package's readers of processes the test had stopped but not waited for"
+
+// expectLeakOnly reports whether the output after a test's PASS line is
+// etcd's TestMain failing its goroutine-leak check on nothing but the
+// goroutines of go.etcd.io/etcd/pkg/v3/expect that read and wait for a
+// spawned process. Some tests (TestEtcdExampleConfig, TestEtcdUnixPeers)
+// send the server SIGTERM and return without waiting for it to exit. etcd
+// runs the whole package in one process, where the check comes long after
+// the process is gone; with one test per process it comes right after the
+// test, while the server is still shutting down. Any other goroutine, and
+// any other failure, still fails the test.
+func expectLeakOnly(after []string) bool {
+	i := 0
+	for i < len(after) && strings.TrimSpace(after[i]) != "Unexpected goroutines running after all test(s)." {
+		if s := strings.TrimSpace(after[i]); s != "" && s != "PASS" && !resultLine.MatchString(after[i]) {
+			return false
+		}
+		i++
+	}
+	if i == len(after) {
+		return false
+	}
+	blocks := 0
+	var block []string
+	flush := func() bool {
+		if block == nil {
+			return true
+		}
+		blocks++
+		ok := false
+		for _, l := range block {
+			ok = ok || strings.HasPrefix(l, "created by go.etcd.io/etcd/pkg/v3/expect.")
+		}
+		block = nil
+		return ok
+	}
+	for _, l := range after[i+1:] {
+		if strings.HasSuffix(l, " instances of:") {
+			if !flush() {
+				return false
+			}
+			block = []string{}
+			continue
+		}
+		if block == nil && strings.TrimSpace(l) != "" {
+			return false // text outside a stack block
+		}
+		if block != nil {
+			block = append(block, l)
+		}
+	}
+	return flush() && blocks > 0
 }
 
 // firstAssertion finds the first failure in the output, in this order: a

@@ -63,6 +63,17 @@ func printTable(w io.Writer, rs []result, target string) {
 		}
 	}
 
+	first = true
+	for _, r := range rs {
+		if r.Result == resPass && r.Note != "" {
+			if first {
+				fmt.Fprintf(w, "\nPassed, with a note:\n")
+				first = false
+			}
+			fmt.Fprintf(w, "  %s: %s\n", r.Name, r.Note)
+		}
+	}
+
 	per := map[string]*counts{}
 	var all counts
 	for _, r := range rs {

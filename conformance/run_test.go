@@ -97,6 +97,27 @@ func fakeE2E(mode string) int {
 			return fail("dial: %v", err)
 		}
 		c.Close()
+		// The node IP as TestEtcdPeerLocalAddr finds it, and reachable.
+		u, err := net.Dial("udp", "8.8.8.8:80")
+		if err != nil {
+			return fail("no default route: %v", err)
+		}
+		ip := u.LocalAddr().(*net.UDPAddr).IP
+		u.Close()
+		if !ip.Equal(hostIP) {
+			return fail("node IP %v, want %v", ip, hostIP)
+		}
+		l2, err := net.Listen("tcp", "0.0.0.0:0")
+		if err != nil {
+			return fail("listen: %v", err)
+		}
+		defer l2.Close()
+		_, port, _ := net.SplitHostPort(l2.Addr().String())
+		c, err = net.Dial("tcp", net.JoinHostPort(ip.String(), port))
+		if err != nil {
+			return fail("dial the node IP: %v", err)
+		}
+		c.Close()
 	default:
 		return fail("unknown mode %q", mode)
 	}
@@ -203,7 +224,8 @@ func TestEachTestGetsAFreshDirectory(t *testing.T) {
 }
 
 // In its namespace a test has a loopback of its own: a port held on the
-// machine is free there (fixed ports cannot collide with another run).
+// machine is free there (fixed ports cannot collide with another run), and
+// a node IP besides 127.0.0.1 that the default route leaves from.
 func TestNamespaceHasItsOwnLoopback(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
