@@ -10,7 +10,7 @@ DATA_DIR ?= default.strata
 FUZZTIME ?= 30s
 
 .PHONY: all build run test unit fuzz fuzz-long bench bench-engine bench-compare bench-stratabench vet fmt-check clean e2e e2e-bin disk-check disk-check-short
-.PHONY: etcd-src testguard testguard-test fulldisk fulldisk-long robustness
+.PHONY: etcd-src testguard testguard-test fulldisk fulldisk-long robustness etcd-e2e etcd-e2e-short
 
 # make e2e runs every differential scenario (e2e/scenarios_*_test.go)
 # against real etcd 3.7; E2E_SCENARIOS=kv|watch runs only TestDiff's kv and
@@ -72,7 +72,7 @@ fuzz:
 fuzz-long:
 	$(MAKE) fuzz FUZZTIME=10m
 
-test: fmt-check vet build testguard-test disk-check-short unit e2e fuzz
+test: fmt-check vet build testguard-test disk-check-short unit e2e etcd-e2e-short fuzz
 
 # fio's etcd-wal.fio and stratabench disk on the same directory, side by
 # side: ROUNDS (default 5) interleaved runs of each, compared by their
@@ -123,6 +123,22 @@ fulldisk: build e2e-bin testguard
 
 fulldisk-long: build e2e-bin testguard
 	export STRATA_FULLDISK=long; $(FULLDISK_RUN)
+
+# etcd 3.7.3's own end-to-end tests (go.etcd.io/etcd/tests/v3, package e2e)
+# with bin/strata as etcd and etcd's etcdctl/etcdutl, one test per process,
+# from conformance/etcd-e2e.list; prints a table and fails when a must-pass
+# test fails. Not in make test (about an hour); see conformance/README.md.
+# TARGET=etcd runs the list against real etcd 3.7.3; RUN=REGEXP selects
+# tests, PARTS=must-pass,cluster|all more parts, TIMEOUT=5m the limit.
+etcd-e2e: build e2e-bin
+	bash conformance/etcd-e2e.sh
+
+# make test's part: the runner's own tests, then the short subset of the
+# must-pass part (a few fast tests, marked short in the list), which also
+# checks that the list classifies every test of the binary.
+etcd-e2e-short: build e2e-bin testguard
+	cd conformance && $(GO) vet . && set -o pipefail && $(GO) test -json -count=1 . | $(GUARD)
+	SHORT=1 bash conformance/etcd-e2e.sh
 
 # Long robustness runs, outside `make test`.
 robustness: fulldisk-long

@@ -1,0 +1,3 @@
+module github.com/strata-db/strata/conformance
+
+go 1.26.8
