@@ -2,10 +2,10 @@ package transport
 
 import (
 	"bytes"
-	"io"
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
