@@ -231,7 +231,7 @@ type PeerStatus struct {
 	ReadingMsgApp, ReadingMessage bool
 	// Sent and Received count messages by the way they travelled:
 	// MsgApp v2 stream, message stream, pipeline, snapshot endpoint.
-	// Received counts link heartbeats too.
+	// Link heartbeats are not counted.
 	SentMsgApp, SentMessage, SentPipeline, SentSnapshot                 uint64
 	ReceivedMsgApp, ReceivedMessage, ReceivedPipeline, ReceivedSnapshot uint64
 	// QueuedMsgApp and QueuedMessage are the stream send queues' lengths.

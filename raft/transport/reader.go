@@ -197,10 +197,10 @@ func (r *streamReader) decodeLoop(body io.ReadCloser) error {
 		} else {
 			t.m.receivedBytes.WithLabelValues(FormatID(from)).Add(float64(n))
 		}
-		r.p.received[r.typ].Add(1)
 		if isLinkHeartbeat(m) {
 			continue // link-level keep-alive; raft never sees it
 		}
+		r.p.received[r.typ].Add(1)
 		q := r.p.recv[r.typ]
 		if m.GetType() == raftpb.MsgProp {
 			q = r.p.propc
