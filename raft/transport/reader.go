@@ -1,0 +1,229 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// streamReader dials one stream type at the peer (GET
+// /raft/stream/<type>/<our id>) and reads what the peer's writer sends,
+// redialing with backoff for as long as the peer exists.
+type streamReader struct {
+	p   *peer
+	typ streamType
+	log *slog.Logger
+
+	ctx    context.Context // canceled by stop: aborts a dial and the wait
+	cancel context.CancelFunc
+
+	mu   sync.Mutex // guards body
+	body io.Closer  // the response being read, closed by stop
+
+	connected   atomic.Bool
+	lastDialErr string       // run goroutine only: the last dial error logged
+	lastDropLog atomic.Int64 // unix nanos; rate-limits the drop warning
+	done        chan struct{}
+}
+
+func startStreamReader(p *peer, typ streamType) *streamReader {
+	r := &streamReader{p: p, typ: typ, done: make(chan struct{})}
+	r.log = p.status.log.With("stream-reader-type", typ.String())
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	go r.run()
+	return r
+}
+
+func (r *streamReader) isConnected() bool { return r.connected.Load() }
+
+func (r *streamReader) stop() {
+	r.cancel()
+	r.mu.Lock()
+	if r.body != nil {
+		r.body.Close()
+	}
+	r.mu.Unlock()
+	<-r.done
+}
+
+func (r *streamReader) run() {
+	defer close(r.done)
+	cfg := &r.p.tr.cfg
+	backoff := cfg.DialRetryMin
+	for {
+		body, err := r.dial()
+		switch {
+		case err == nil:
+			r.lastDialErr = ""
+			backoff = cfg.DialRetryMin
+			r.connected.Store(true)
+			r.p.status.activate()
+			r.log.Info("established TCP streaming connection with remote peer")
+			err = r.decodeLoop(body)
+			r.connected.Store(false)
+			if r.ctx.Err() != nil {
+				break
+			}
+			r.log.Warn("lost TCP streaming connection with remote peer", "error", err)
+			if !errors.Is(err, io.EOF) && !isClosedConn(err) {
+				r.p.status.deactivate(r.typ.String(), "read", err)
+			}
+		case r.ctx.Err() != nil:
+		case errors.Is(err, ErrUnsupportedStream):
+			backoff = min(backoff*2, cfg.DialRetryMax)
+		default:
+			r.p.status.deactivate(r.typ.String(), "dial", err)
+			if msg := err.Error(); msg != r.lastDialErr {
+				r.lastDialErr = msg
+				r.log.Warn("failed to dial stream", "error", err)
+			}
+			backoff = min(backoff*2, cfg.DialRetryMax)
+		}
+		// Jitter (up to a quarter of the wait) keeps members that lost
+		// each other at the same moment from redialing in lockstep.
+		wait := backoff - time.Duration(rand.Int64N(int64(backoff)/4+1))
+		timer := time.NewTimer(wait)
+		select {
+		case <-r.ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+	}
+}
+
+// dial opens the stream and returns its body, or why it could not.
+func (r *streamReader) dial() (io.ReadCloser, error) {
+	t := r.p.tr
+	u := r.p.picker.pick()
+	uu := u
+	uu.Path = r.typ.endpoint() + "/" + t.idStr
+	req, err := http.NewRequestWithContext(r.ctx, http.MethodGet, uu.String(), nil)
+	if err != nil {
+		r.p.picker.unreachable(u)
+		return nil, fmt.Errorf("transport: request to %s: %w", uu.String(), err)
+	}
+	t.setCommonHeaders(req.Header)
+	req.Header.Set(hdrRaftTo, r.p.idStr)
+	resp, err := t.streamRT.RoundTrip(req)
+	if err != nil {
+		r.p.picker.unreachable(u)
+		return nil, err
+	}
+	r.p.learn(resp.Header)
+	if rv, err := headerVersion(resp.Header, hdrServerVersion); err == nil && cmpMajorMinor(rv, localServerVersion) < 0 && !streamSupported(rv) {
+		discard(resp)
+		r.p.picker.unreachable(u)
+		return nil, ErrUnsupportedStream
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return resp.Body, nil
+	case http.StatusGone:
+		discard(resp)
+		r.p.picker.unreachable(u)
+		t.markRemoved(r.p.idStr)
+		return nil, ErrMemberRemoved
+	case http.StatusNotFound:
+		discard(resp)
+		r.p.picker.unreachable(u)
+		return nil, fmt.Errorf("transport: peer %s failed to find local node %s", r.p.idStr, t.idStr)
+	case http.StatusPreconditionFailed:
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		discard(resp)
+		r.p.picker.unreachable(u)
+		switch strings.TrimSuffix(string(b), "\n") {
+		case textIncompatibleVersion:
+			return nil, fmt.Errorf("%w: request sent was ignored by remote peer due to server version incompatibility", ErrIncompatibleVersion)
+		case textClusterIDMismatch:
+			return nil, fmt.Errorf("%w: request sent was ignored by remote peer (peer cluster %s, local cluster %s)",
+				ErrClusterIDMismatch, resp.Header.Get(hdrClusterID), t.cidStr)
+		default:
+			return nil, fmt.Errorf("transport: unhandled error %q when precondition failed", string(b))
+		}
+	default:
+		discard(resp)
+		r.p.picker.unreachable(u)
+		return nil, fmt.Errorf("transport: unhandled http status %d", resp.StatusCode)
+	}
+}
+
+// decodeLoop reads messages until the stream ends, queueing each for
+// Raft.Process; a full queue drops the message (raft resends).
+func (r *streamReader) decodeLoop(body io.ReadCloser) error {
+	r.mu.Lock()
+	if r.ctx.Err() != nil {
+		r.mu.Unlock()
+		body.Close()
+		return io.EOF
+	}
+	r.body = body
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.body = nil
+		r.mu.Unlock()
+		body.Close()
+	}()
+
+	t := r.p.tr
+	br := bufio.NewReaderSize(body, 64<<10)
+	var dec decoder
+	if r.typ == streamMsgApp {
+		dec = &msgAppV2Decoder{r: br, local: t.cfg.ID, remote: r.p.id, limit: maxStreamMessage}
+	} else {
+		dec = &messageDecoder{r: br, limit: maxStreamMessage}
+	}
+	fromPeer := t.m.receivedBytes.WithLabelValues(r.p.idStr)
+	for {
+		m, n, err := dec.decode()
+		if err != nil {
+			return err
+		}
+		if from := m.GetFrom(); from == r.p.id {
+			fromPeer.Add(float64(n))
+		} else {
+			t.m.receivedBytes.WithLabelValues(FormatID(from)).Add(float64(n))
+		}
+		if isLinkHeartbeat(m) {
+			continue // link-level keep-alive; raft never sees it
+		}
+		r.p.received[r.typ].Add(1)
+		q := r.p.recv[r.typ]
+		if m.GetType() == raftpb.MsgProp {
+			q = r.p.propc
+		}
+		select {
+		case q <- m:
+		default:
+			t.m.recvFailures.WithLabelValues(FormatID(m.GetFrom())).Inc()
+			now := time.Now().UnixNano()
+			if last := r.lastDropLog.Load(); now-last >= int64(time.Second) && r.lastDropLog.CompareAndSwap(last, now) {
+				r.log.Warn("dropped Raft message since receiving buffer is full (overloaded network)", "message-type", m.GetType().String())
+			}
+		}
+	}
+}
+
+// discard drains a little of a response we do not use, so the connection
+// can be reused, and closes it.
+func discard(resp *http.Response) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+}
+
+func isClosedConn(err error) bool {
+	return errors.Is(err, net.ErrClosed) || (err != nil && strings.Contains(err.Error(), "use of closed network connection"))
+}
