@@ -22,6 +22,8 @@ const maxDrain = 4096
 func (n *Node) run() {
 	defer close(n.done)
 	defer close(n.applyc)
+	// A stopped node knows no leader; LeaderChanged waiters wake.
+	defer n.publishLeader(0)
 	tick := n.cfg.TickInterval
 	if tick <= 0 {
 		tick = 100 * time.Millisecond
@@ -48,6 +50,8 @@ func (n *Node) run() {
 			n.drainProposals()
 		case m := <-n.recvc:
 			_ = n.rn.Step(m)
+		case r := <-n.reportc:
+			n.applyReport(r)
 		case <-n.readc:
 		case <-n.stopc:
 			n.failReaders(ErrStopped)
@@ -98,8 +102,7 @@ func (n *Node) handleProposal(p proposal) {
 func (n *Node) handleReady() error {
 	rd := n.rn.Ready()
 	if rd.SoftState != nil {
-		if old := n.lead.Swap(rd.SoftState.Lead); old != rd.SoftState.Lead {
-			n.leaderChanges.Add(1)
+		if n.publishLeader(rd.SoftState.Lead) {
 			n.log.Info("raft leader changed", "leader", fmt.Sprintf("%x", rd.SoftState.Lead), "term", n.rn.BasicStatus().Term)
 		}
 	}

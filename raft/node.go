@@ -123,6 +123,15 @@ type Node struct {
 	confState     atomic.Pointer[raftpb.ConfState]
 	leaderChanges atomic.Uint64
 
+	// leaderMu guards leaderNotify, which the raft goroutine closes and
+	// replaces each time the leader it knows changes (LeaderChanged).
+	leaderMu     sync.Mutex
+	leaderNotify chan struct{}
+
+	// reportc carries the transport's reports (ReportUnreachable,
+	// ReportSnapshot) to the raft goroutine, which alone owns the RawNode.
+	reportc chan report
+
 	appliedMu     sync.Mutex
 	appliedNotify chan struct{} // closed and replaced on every apply
 
@@ -187,6 +196,8 @@ func Start(cfg Config) (*Node, error) {
 		readInflight:    map[uint64][]*readWaiter{},
 		appliedNotify:   make(chan struct{}),
 		persistedNotify: make(chan struct{}),
+		leaderNotify:    make(chan struct{}),
+		reportc:         make(chan report, 256),
 	}
 	walOpts := cfg.WAL
 	if walOpts == nil {
@@ -389,7 +400,8 @@ func (n *Node) propose(ctx context.Context, p proposal) error {
 	}
 }
 
-// Step delivers a message from a peer.
+// Step delivers a message from a peer. It blocks while the node's inbox
+// is full (4096 messages), until ctx is done or the node stops.
 func (n *Node) Step(ctx context.Context, m *raftpb.Message) error {
 	select {
 	case n.recvc <- m:
