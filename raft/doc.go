@@ -106,7 +106,9 @@
 //  2. it is renamed to ImagePath(S) ("<S>.snap.db") and the directory is
 //     fsync'd;
 //  3. the snapshot marker S goes to the WAL (fsync'd), then the Ready's
-//     hard state, which commits S (fsync'd);
+//     hard state, which commits S (written; raft.MustSync asks no
+//     fdatasync for a commit index alone, and a restart takes the commit
+//     index to be at least the marker's);
 //  4. the apply goroutine, after every earlier entry is applied, calls
 //     StateMachine.Restore: the image is renamed over the state's file,
 //     the directory fsync'd, and everything derived from the state is

@@ -51,6 +51,11 @@ type Member struct {
 	Node *raft.Node
 
 	Crashes, Restarts int
+	// SnapshotCount, if set, replaces the cluster's for this member.
+	SnapshotCount uint64
+	// BeforeStart, if set, runs on the member's new file system before
+	// each start (to arm a crash, say).
+	BeforeStart func(fs *CrashFS)
 	// early counts entries applied ahead of the local WAL by the
 	// member's earlier runs (see PageSM.EarlyFollower).
 	earlyFollower, earlyLeader int64
@@ -158,9 +163,16 @@ func (c *Cluster) start(m *Member) error {
 			return time.Duration(rng.Int64N(int64(d)))
 		})
 	}
+	if m.BeforeStart != nil {
+		m.BeforeStart(fs)
+	}
 	sm, err := OpenPageSM(m.DBPath(), fs)
 	if err != nil {
 		return err
+	}
+	snapCount := c.opts.SnapshotCount
+	if m.SnapshotCount != 0 {
+		snapCount = m.SnapshotCount
 	}
 	var peers []etcdraft.Peer
 	for _, o := range c.Members {
@@ -171,7 +183,7 @@ func (c *Cluster) start(m *Member) error {
 		WALDir: m.WALDir(), StatePath: m.DBPath(), SnapshotDir: m.SnapDir(),
 		WAL:          &wal.Options{FS: fs, SegmentSize: 256 << 10, NoZeroFill: true},
 		TickInterval: c.opts.TickInterval, ElectionTicks: c.opts.ElectionTicks, HeartbeatTicks: 1,
-		SnapshotCount: c.opts.SnapshotCount, CatchUpEntries: c.opts.CatchUpEntries,
+		SnapshotCount: snapCount, CatchUpEntries: c.opts.CatchUpEntries,
 		MaxSizePerMsg: 64 << 10, MaxInflightMsgs: 64,
 		PreVote: true, StateMachine: sm, Transport: c.Net.Transport(m.ID),
 		Logger: c.opts.Logger.With("member", m.ID),

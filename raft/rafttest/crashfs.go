@@ -28,6 +28,12 @@ type CrashFS struct {
 	// crashAfter counts operations down to a crash (0: none armed).
 	crashAfter int
 	ops        int
+	crashedAt  vfs.Event
+	// seq, seqPos and seqCrash arm a crash at the seqCrash-th step of a
+	// sequence of operations (CrashAtStep).
+	seq      []Match
+	seqPos   int
+	seqCrash int
 	// SyncDelay, if set, makes each WAL fdatasync take a random time up
 	// to that long (drawn from delay), so followers' acknowledgements
 	// can overtake the leader's own write.
@@ -48,6 +54,13 @@ func (c *CrashFS) hook(ev vfs.Event) *vfs.Fault {
 	c.mu.Lock()
 	c.ops++
 	crash := c.crashAfter > 0 && c.ops >= c.crashAfter
+	if c.seqPos < len(c.seq) && c.seq[c.seqPos].matches(ev) {
+		c.seqPos++
+		if c.seqPos == c.seqCrash {
+			crash = true
+			c.crashedAt = ev
+		}
+	}
 	delay := c.syncDelay
 	if !crash && isWAL(ev.Path) {
 		switch ev.Op {
@@ -86,10 +99,41 @@ func (c *CrashFS) CrashAfter(n int) {
 	c.mu.Unlock()
 }
 
+// Match selects file operations: Op, and a path ending in Suffix ("" for
+// any path). AnyOp matches every operation.
+type Match struct {
+	Op     vfs.Op
+	Suffix string
+}
+
+// AnyOp in a Match matches any operation.
+const AnyOp vfs.Op = -1
+
+func (m Match) matches(ev vfs.Event) bool {
+	return (m.Op == AnyOp || m.Op == ev.Op) && strings.HasSuffix(ev.Path, m.Suffix)
+}
+
+// CrashAtStep arms a crash at an operation picked by a sequence: the
+// operations matching seq[0], seq[1], ... are found in that order, and
+// the one matching seq[k-1] is the first to fail.
+func (c *CrashFS) CrashAtStep(seq []Match, k int) {
+	c.mu.Lock()
+	c.seq, c.seqPos, c.seqCrash = seq, 0, k
+	c.mu.Unlock()
+}
+
+// CrashedAt is the operation a CrashAtStep crash fired at.
+func (c *CrashFS) CrashedAt() vfs.Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.crashedAt
+}
+
 // Disarm cancels a crash armed by CrashAfter that has not fired.
 func (c *CrashFS) Disarm() {
 	c.mu.Lock()
 	c.crashAfter = 0
+	c.seq = nil
 	c.mu.Unlock()
 }
 

@@ -35,6 +35,8 @@ type PageSM struct {
 	db      *pagestore.DB
 	be      *mvcc.Backend
 	durable atomic.Uint64 // the last Persisted index, carried over by Restore
+	// beClosed: a failed Restore closed be and could not replace it.
+	beClosed bool
 
 	// cmu guards the in-memory contents.
 	cmu      sync.Mutex
@@ -161,7 +163,10 @@ func (s *PageSM) open() error {
 func (s *PageSM) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	err := s.be.Close()
+	var err error
+	if !s.beClosed {
+		err = s.be.Close()
+	}
 	if cerr := s.db.Close(); err == nil {
 		err = cerr
 	}
@@ -251,6 +256,7 @@ func (s *PageSM) Restore(meta raft.SnapshotMeta, path string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	oldDB := s.db
+	s.beClosed = true
 	if err := s.be.Close(); err != nil {
 		return err
 	}
@@ -263,6 +269,7 @@ func (s *PageSM) Restore(meta raft.SnapshotMeta, path string) error {
 	if err := s.open(); err != nil {
 		return err
 	}
+	s.beClosed = false
 	s.be.SetDurableIndex(s.durable.Load())
 	go oldDB.Close()
 	s.cmu.Lock()
