@@ -25,7 +25,8 @@
 // (WaitApplied, ReadIndex readers), and every SnapshotCount entries makes
 // the state machine durable (StateMachine.Commit), records a snapshot
 // marker in the WAL, compacts the in-memory log and purges old segments.
-// The page store is the state: a snapshot here is metadata only.
+// Such a local snapshot is metadata only: the page store is the state. A
+// snapshot sent to a follower carries the state (below).
 //
 // # Nothing durable runs ahead of the WAL
 //
@@ -73,6 +74,70 @@
 // before it opens the new backend; otherwise a crash between the two
 // would be refused here.
 //
+// # Snapshots carry the state
+//
+// A follower that needs entries the leader has compacted gets a MsgSnap
+// with an image of the leader's state machine (for the server, a page-store
+// file streamed from one read transaction while the leader keeps
+// writing). The image must hold exactly the entries up to the snapshot's
+// index: the follower records that index in its WAL as a snapshot marker
+// and then makes the image its state, so an image past the index would be
+// a state machine ahead of the WAL, and one short of it would skip
+// entries. The leader therefore cuts the snapshot at the image's index,
+// not the other way round (image.go): raft's Storage.Snapshot offers a
+// snapshot only when an image at its index is at hand, and otherwise
+// prepares one in the background (StateMachine.Image, which reports the
+// consistent index its read view holds) and cuts the in-memory snapshot
+// there, with the membership of that index (confhist.go). The transport
+// gets each MsgSnap with its payload (Transport.SendSnapshot: a reader
+// and its size) and reports the outcome (ReportSnapshot). On the follower,
+// the transport writes the payload to a file in Config.SnapshotDir,
+// fsyncs it and calls StepSnapshot with its path; CheckImage confirms the
+// index before raft sees the message, and an image raft does not install
+// (its log already covers it) is removed.
+//
+// # Installing a leader's snapshot
+//
+// The Ready that carries a received snapshot at index S is handled in
+// this order; each step is durable before the next begins:
+//
+//  1. (transport) the payload is written to a temporary file in the
+//     snapshot directory and fsync'd;
+//  2. it is renamed to ImagePath(S) ("<S>.snap.db") and the directory is
+//     fsync'd;
+//  3. the snapshot marker S goes to the WAL (fsync'd), then the Ready's
+//     hard state, which commits S (written; raft.MustSync asks no
+//     fdatasync for a commit index alone, and a restart takes the commit
+//     index to be at least the marker's);
+//  4. the apply goroutine, after every earlier entry is applied, calls
+//     StateMachine.Restore: the image is renamed over the state's file,
+//     the directory fsync'd, and everything derived from the state is
+//     rebuilt in memory.
+//
+// A crash at any point leaves a state that Start accepts and completes:
+//
+//   - before 3 is durable, the WAL knows nothing of S: the member restarts
+//     from its old state and log, and Start removes the leftover files
+//     (temporary payloads and images whose marker never reached the WAL);
+//     the leader sends the snapshot again;
+//   - after the marker and before the rename of 4 is durable, the state is
+//     behind the WAL's snapshot (its consistent index is below S), which
+//     Start refuses for any other reason; here ImagePath(S) exists, and
+//     Start finishes the install by calling Restore with it before it
+//     reads the log;
+//   - after the rename, the state's consistent index is exactly S, the
+//     index of the WAL's last marker, so the check that refuses a WAL
+//     behind the state (walcheck.go) passes; nothing had to be replayed.
+//
+// The marker precedes the hard state because a hard state committing S
+// with neither the marker nor the entries up to S in the WAL would make
+// raft restart with a commit index past its log. Entries the follower had
+// written past S before the install (a diverged tail, never committed)
+// stay in the WAL ahead of the marker; Open would return them after it,
+// so restore drops every entry after the marker whose term is below the
+// snapshot's (dropStaleTail): in a valid log terms never decrease, so only
+// a stale tail has them.
+//
 // # Reads
 //
 // Linearizable reads call ReadIndex. Concurrent callers are batched: every
@@ -81,5 +146,9 @@
 // is served from an index obtained before the read arrived.
 //
 // Nothing here assumes a single member: messages go through Transport,
-// which a single member leaves nil.
+// which a single member leaves nil. What the transport learns flows back
+// through ReportUnreachable and ReportSnapshot, received messages arrive
+// through Step (StepSnapshot for a MsgSnap and its image), and
+// LeaderChanged announces each change of leader. Package rafttest runs N
+// members in one process over an in-memory transport.
 package raft

@@ -25,8 +25,14 @@ import (
 // pageSM applies entries to a real mvcc.Backend over a real page store,
 // one write transaction per entry, as the server's applier does.
 type pageSM struct {
-	be      *mvcc.Backend
+	dbPath  string
 	onApply func(idx uint64)
+
+	// beMu guards db and be, which Restore replaces.
+	beMu    sync.RWMutex
+	db      *pagestore.DB
+	be      *mvcc.Backend
+	durable uint64 // the last Persisted index, carried over by Restore
 
 	mu      sync.Mutex
 	applied uint64
@@ -34,11 +40,23 @@ type pageSM struct {
 
 var gateBucket = []byte("gate")
 
-func (s *pageSM) ConsistentIndex() uint64 { return s.be.ConsistentIndex() }
-func (s *pageSM) Commit() error           { return s.be.ForceCommit() }
-func (s *pageSM) Persisted(idx uint64)    { s.be.SetDurableIndex(idx) }
+func (s *pageSM) backend() *mvcc.Backend {
+	s.beMu.RLock()
+	defer s.beMu.RUnlock()
+	return s.be
+}
+
+func (s *pageSM) ConsistentIndex() uint64 { return s.backend().ConsistentIndex() }
+func (s *pageSM) Commit() error           { return s.backend().ForceCommit() }
+func (s *pageSM) Persisted(idx uint64) {
+	s.beMu.Lock()
+	s.durable = idx
+	s.be.SetDurableIndex(idx)
+	s.beMu.Unlock()
+}
 
 func (s *pageSM) Apply(ents []*raftpb.Entry) {
+	be := s.backend()
 	for _, e := range ents {
 		s.mu.Lock()
 		skip := e.GetIndex() <= s.applied
@@ -46,7 +64,7 @@ func (s *pageSM) Apply(ents []*raftpb.Entry) {
 		if skip {
 			continue
 		}
-		w := s.be.BeginWrite()
+		w := be.BeginWrite()
 		if e.GetType() == raftpb.EntryNormal && len(e.GetData()) > 0 {
 			w.Put(gateBucket, binary.BigEndian.AppendUint64(nil, e.GetIndex()), e.GetData())
 		}
@@ -86,7 +104,7 @@ func TestFollowerNeverCommitsPastWAL(t *testing.T) {
 		t.Fatal(err)
 	}
 	sawEntry4 := make(chan struct{})
-	sm := &pageSM{be: be, onApply: func(idx uint64) {
+	sm := &pageSM{dbPath: dbPath, db: db, be: be, onApply: func(idx uint64) {
 		if idx == 4 {
 			close(sawEntry4)
 		}

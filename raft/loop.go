@@ -3,6 +3,7 @@ package raft
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -22,6 +23,8 @@ const maxDrain = 4096
 func (n *Node) run() {
 	defer close(n.done)
 	defer close(n.applyc)
+	// A stopped node knows no leader; LeaderChanged waiters wake.
+	defer n.publishLeader(0)
 	tick := n.cfg.TickInterval
 	if tick <= 0 {
 		tick = 100 * time.Millisecond
@@ -33,7 +36,9 @@ func (n *Node) run() {
 		// while membership changes are pending.
 		for n.rn.HasReady() {
 			if err := n.handleReady(); err != nil {
-				n.fail(err)
+				if err != errStopping {
+					n.fail(err)
+				}
 				return
 			}
 		}
@@ -48,6 +53,10 @@ func (n *Node) run() {
 			n.drainProposals()
 		case m := <-n.recvc:
 			_ = n.rn.Step(m)
+		case r := <-n.reportc:
+			n.applyReport(r)
+		case r := <-n.snapc:
+			n.stepReceived(r)
 		case <-n.readc:
 		case <-n.stopc:
 			n.failReaders(ErrStopped)
@@ -56,7 +65,11 @@ func (n *Node) run() {
 		n.startReads()
 		for n.rn.HasReady() {
 			if err := n.handleReady(); err != nil {
-				n.fail(err)
+				if err == errStopping {
+					err = ErrStopped
+				} else {
+					n.fail(err)
+				}
 				n.failReaders(err)
 				return
 			}
@@ -65,6 +78,9 @@ func (n *Node) run() {
 			n.drainProposals()
 			n.startReads()
 		}
+		// A received snapshot that no Ready installed was refused by
+		// raft (the log already covers it).
+		n.discardReceived()
 	}
 }
 
@@ -93,13 +109,16 @@ func (n *Node) handleProposal(p proposal) {
 	}
 }
 
+// errStopping is handleReady's way of saying Stop interrupted it; the
+// Ready is abandoned (the raft goroutine exits without Advance).
+var errStopping = errors.New("raft: stopping")
+
 // handleReady persists, sends and hands over one Ready (see the package
 // doc for the order and why).
 func (n *Node) handleReady() error {
 	rd := n.rn.Ready()
 	if rd.SoftState != nil {
-		if old := n.lead.Swap(rd.SoftState.Lead); old != rd.SoftState.Lead {
-			n.leaderChanges.Add(1)
+		if n.publishLeader(rd.SoftState.Lead) {
 			n.log.Info("raft leader changed", "leader", fmt.Sprintf("%x", rd.SoftState.Lead), "term", n.rn.BasicStatus().Term)
 		}
 	}
@@ -126,24 +145,38 @@ func (n *Node) handleReady() error {
 		select {
 		case n.applyc <- applyBatch{ents: rd.CommittedEntries, cs: n.confState.Load()}:
 		case <-n.stopc:
-			return nil
+			return errStopping
 		}
 	}
 	// A Ready that only moves the commit index needs no sync, and the
 	// index is not worth a write either: the next Ready with entries
 	// carries it, and after a restart raft re-learns it (apply is
 	// idempotent by index). This saves a write per request.
-	if len(rd.Entries) > 0 || rd.MustSync || !etcdraft.IsEmptySnap(rd.Snapshot) {
+	// A received snapshot: its image and its WAL marker are made durable
+	// before the hard state that commits it (package doc, "Installing a
+	// leader's snapshot"). Raft hands out no committed entries in a Ready
+	// that carries a snapshot.
+	var install *restoreReq
+	if !etcdraft.IsEmptySnap(rd.Snapshot) {
+		var err error
+		if install, err = n.persistSnapshot(rd.Snapshot); err != nil {
+			return err
+		}
+	}
+	if len(rd.Entries) > 0 || rd.MustSync || install != nil {
 		if err := n.wal.SaveAsync(rd.HardState, rd.Entries).Wait(); err != nil {
 			return fmt.Errorf("raft: persisting entries: %w", err)
 		}
 	}
-	if !etcdraft.IsEmptySnap(rd.Snapshot) {
-		// Snapshots from a leader arrive once peers exist; a single member
-		// never receives one.
+	if install != nil {
 		if err := n.storage.ApplySnapshot(rd.Snapshot); err != nil {
 			return err
 		}
+		cs := rd.Snapshot.GetMetadata().GetConfState()
+		n.confState.Store(cs)
+		n.confs.reset(install.meta.Index, cs)
+		// Images of the old state are no use to anyone now.
+		n.images.drop()
 	}
 	if err := n.storage.Append(rd.Entries); err != nil {
 		return err
@@ -154,6 +187,15 @@ func (n *Node) handleReady() error {
 		n.publishPersisted(rd.Entries[len(rd.Entries)-1].GetIndex())
 	} else if !etcdraft.IsEmptySnap(rd.Snapshot) {
 		n.publishPersisted(rd.Snapshot.GetMetadata().GetIndex())
+	}
+	if install != nil {
+		// After the WAL holds the marker and the hard state: the apply
+		// goroutine renames the image over the state and restores.
+		select {
+		case n.applyc <- applyBatch{restore: install}:
+		case <-n.stopc:
+			return errStopping
+		}
 	}
 	if rd.HardState != nil {
 		n.term.Store(rd.HardState.GetTerm())
@@ -169,6 +211,10 @@ func (n *Node) handleReady() error {
 }
 
 func (n *Node) send(msgs []*raftpb.Message) {
+	if len(msgs) == 0 {
+		return
+	}
+	msgs = n.sendSnapshots(msgs)
 	if len(msgs) > 0 && n.cfg.Transport != nil {
 		n.cfg.Transport.Send(msgs)
 	}
@@ -196,7 +242,9 @@ func (n *Node) applyConfChange(e *raftpb.Entry) {
 	default:
 		return
 	}
-	n.confState.Store(n.rn.ApplyConfChange(cc))
+	cs := n.rn.ApplyConfChange(cc)
+	n.confState.Store(cs)
+	n.confs.record(e.GetIndex(), cs)
 }
 
 // applyBatch is one Ready's committed entries with the membership as of
@@ -206,12 +254,27 @@ func (n *Node) applyConfChange(e *raftpb.Entry) {
 type applyBatch struct {
 	ents []*raftpb.Entry
 	cs   *raftpb.ConfState
+	// restore, when set, is a received snapshot to install instead.
+	restore *restoreReq
 }
 
 // applyLoop is the apply goroutine.
 func (n *Node) applyLoop() {
 	defer close(n.appliedDone)
+	broken := false
 	for b := range n.applyc {
+		if broken {
+			continue // drain: the state machine is in no state to apply
+		}
+		if b.restore != nil {
+			if err := n.restoreState(b.restore); err != nil {
+				broken = true
+				n.fail(err)
+				continue
+			}
+			n.publishApplied(b.restore.meta.Index)
+			continue
+		}
 		ents := b.ents
 		n.sm.Apply(ents)
 		last := ents[len(ents)-1].GetIndex()
@@ -279,6 +342,8 @@ func (n *Node) waitPersisted(idx uint64) error {
 // idx (the apply goroutine may be ahead of the WAL by one Ready).
 func (n *Node) snapshot(idx uint64, cs *raftpb.ConfState) error {
 	start := time.Now()
+	n.snapMu.Lock()
+	defer n.snapMu.Unlock()
 	if err := n.waitPersisted(idx); err != nil {
 		return err
 	}
@@ -286,12 +351,25 @@ func (n *Node) snapshot(idx uint64, cs *raftpb.ConfState) error {
 		return err
 	}
 	t0 := time.Now()
+	var term uint64
 	snap, err := n.storage.CreateSnapshot(idx, cs, nil)
-	if err != nil {
+	switch {
+	case err == nil:
+		term = snap.GetMetadata().GetTerm()
+	case errors.Is(err, etcdraft.ErrSnapOutOfDate):
+		// An image for a follower cut a later in-memory snapshot; the
+		// WAL still gets this marker, so it can purge.
+		if term, err = n.storage.Term(idx); err != nil {
+			if errors.Is(err, etcdraft.ErrCompacted) {
+				return nil // a received snapshot superseded this one
+			}
+			return err
+		}
+	default:
 		return err
 	}
 	t1 := time.Now()
-	term := snap.GetMetadata().GetTerm()
+	n.confs.prune(idx)
 	if err := n.wal.SaveSnapshot(wal.Snapshot{Index: idx, Term: term, ConfState: cs}); err != nil {
 		return err
 	}
@@ -416,8 +494,10 @@ var ErrNoLeader = fmt.Errorf("raft: no leader")
 type Status struct {
 	ID, Leader, Term   uint64
 	Committed, Applied uint64
-	LeaderChanges      uint64
-	Voters, Learners   []uint64
+	// Persisted is the last index the local WAL durably holds.
+	Persisted        uint64
+	LeaderChanges    uint64
+	Voters, Learners []uint64
 }
 
 // Status returns the member's current raft state.
@@ -426,6 +506,7 @@ func (n *Node) Status() Status {
 	return Status{
 		ID: n.cfg.ID, Leader: n.lead.Load(), Term: n.term.Load(),
 		Committed: n.committed.Load(), Applied: n.applied.Load(),
+		Persisted:     n.persisted.Load(),
 		LeaderChanges: n.leaderChanges.Load(),
 		Voters:        cs.GetVoters(), Learners: cs.GetLearners(),
 	}

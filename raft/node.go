@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/strata-db/strata/vfs"
 	"github.com/strata-db/strata/wal"
 )
 
@@ -38,11 +39,25 @@ type StateMachine interface {
 	// successful WAL write that moves it; it can go down when a follower's
 	// uncommitted tail is replaced, never below an applied index.
 	Persisted(index uint64)
-}
 
-// Transport carries raft messages to peers. A single member has none.
-type Transport interface {
-	Send(msgs []*raftpb.Message)
+	// Image returns a consistent view of the state machine's durable
+	// state, for a leader to send to a follower that needs a snapshot
+	// (see image.go). It first makes what is applied durable, as Commit
+	// does (never past the persisted index); the image then holds exactly
+	// the entries up to its Index. Apply may run meanwhile.
+	Image() (Image, error)
+	// CheckImage validates a received image file (on a follower, before
+	// raft sees the snapshot) and returns the consistent index it holds.
+	CheckImage(path string) (index uint64, err error)
+	// Restore replaces the state with the received image at path, which
+	// holds exactly meta.Index: it renames the file over its own, fsyncs
+	// the directory, and rebuilds everything it derives from its state;
+	// ConsistentIndex then returns meta.Index. Called from the apply
+	// goroutine (between two Apply calls), or by Start before anything
+	// runs, when a crash interrupted an install (package doc). Images it
+	// handed out before stay readable until closed, and the restored
+	// state keeps to the last index given to Persisted.
+	Restore(meta SnapshotMeta, path string) error
 }
 
 // Config configures a Node.
@@ -56,6 +71,11 @@ type Config struct {
 	// StatePath is the state machine's file (the page store), named in
 	// the error that refuses a WAL behind it. Optional.
 	StatePath string
+	// SnapshotDir is where received snapshot images are written and
+	// wait for their install (member/snap, on the state machine's file
+	// system, so the image can be renamed over its file). Without it the
+	// member cannot receive snapshots.
+	SnapshotDir string
 	// WAL configures the log. Nil means defaults.
 	WAL *wal.Options
 	// TickInterval is one raft tick, etcd's --heartbeat-interval.
@@ -98,6 +118,7 @@ type Node struct {
 	sm      StateMachine
 	storage *etcdraft.MemoryStorage
 	wal     *wal.WAL
+	fs      vfs.FS            // the WAL's file system, also for snapshot images
 	rn      *etcdraft.RawNode // owned by the raft goroutine
 
 	propc       chan proposal
@@ -126,6 +147,15 @@ type Node struct {
 	confState     atomic.Pointer[raftpb.ConfState]
 	leaderChanges atomic.Uint64
 
+	// leaderMu guards leaderNotify, which the raft goroutine closes and
+	// replaces each time the leader it knows changes (LeaderChanged).
+	leaderMu     sync.Mutex
+	leaderNotify chan struct{}
+
+	// reportc carries the transport's reports (ReportUnreachable,
+	// ReportSnapshot) to the raft goroutine, which alone owns the RawNode.
+	reportc chan report
+
 	appliedMu     sync.Mutex
 	appliedNotify chan struct{} // closed and replaced on every apply
 
@@ -139,6 +169,16 @@ type Node struct {
 	snapIndex    atomic.Uint64 // index of the newest snapshot
 	snapshotting atomic.Bool   // a background snapshot is running
 	snapWG       sync.WaitGroup
+	// snapMu serializes what cuts raft snapshots or replaces the state
+	// machine's state: the periodic snapshot, preparing an image for a
+	// follower, and installing a received image.
+	snapMu sync.Mutex
+	images images      // images prepared for followers (leader side)
+	confs  confHistory // membership by index since the latest snapshot
+	snapc  chan received
+	// pending is a received snapshot stepped into raft and not yet
+	// installed. Raft goroutine only.
+	pending *received
 
 	walLast         uint64   // the WAL's last index at Start
 	restoredVoters  []uint64 // voters known at restart, before replay
@@ -196,12 +236,19 @@ func Start(cfg Config) (*Node, error) {
 		readInflight:    map[uint64]readBatch{},
 		appliedNotify:   make(chan struct{}),
 		persistedNotify: make(chan struct{}),
+		leaderNotify:    make(chan struct{}),
+		reportc:         make(chan report, 256),
+		snapc:           make(chan received),
 	}
 	walOpts := cfg.WAL
 	if walOpts == nil {
 		walOpts = &wal.Options{}
 	}
 	fs := walOpts.FS
+	n.fs = fs
+	if n.fs == nil {
+		n.fs = vfs.Default
+	}
 	restart := wal.Exist(fs, cfg.WALDir)
 	var err error
 	if restart {
@@ -218,7 +265,7 @@ func Start(cfg Config) (*Node, error) {
 		ID:              cfg.ID,
 		ElectionTick:    cfg.ElectionTicks,
 		HeartbeatTick:   cfg.HeartbeatTicks,
-		Storage:         n.storage,
+		Storage:         snapStorage{MemoryStorage: n.storage, n: n},
 		MaxSizePerMsg:   cfg.MaxSizePerMsg,
 		MaxInflightMsgs: cfg.MaxInflightMsgs,
 		// Keep the uncommitted tail bounded when a quorum is unreachable.
@@ -240,6 +287,10 @@ func Start(cfg Config) (*Node, error) {
 	if cs := n.confState.Load(); cs == nil {
 		n.confState.Store(&raftpb.ConfState{})
 	}
+	if !restart {
+		n.confs.reset(0, n.confState.Load())
+	}
+	n.removeStaleImages()
 	// What the WAL holds now (nothing, for a new log: the bootstrap
 	// entries are written by the first Ready).
 	n.publishPersisted(n.walLast)
@@ -258,7 +309,14 @@ func (n *Node) restore(opts *wal.Options) error {
 		return err
 	}
 	if ci := n.sm.ConsistentIndex(); ci < snap.Index {
-		return fmt.Errorf("raft: the state machine is at index %d, behind the WAL's snapshot at %d: the data directory is damaged", ci, snap.Index)
+		// Legal only when a crash interrupted the install of a received
+		// snapshot after its WAL marker: the image waits to be renamed.
+		if err := n.finishInstall(snap, ci); err != nil {
+			return err
+		}
+		if ci := n.sm.ConsistentIndex(); ci != snap.Index {
+			return fmt.Errorf("raft: the state machine restored from the snapshot at %d reports consistent index %d", snap.Index, ci)
+		}
 	}
 	w, err := wal.Open(n.cfg.WALDir, snap, opts)
 	if err != nil {
@@ -269,11 +327,10 @@ func (n *Node) restore(opts *wal.Options) error {
 	if err != nil {
 		return err
 	}
+	ents = dropStaleTail(snap, ents)
+	n.confs.reset(snap.Index, snap.ConfState)
 	if snap.Index > 0 {
-		s := &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{
-			Index: proto.Uint64(snap.Index), Term: proto.Uint64(snap.Term), ConfState: snap.ConfState,
-		}}
-		if err := n.storage.ApplySnapshot(s); err != nil {
+		if err := n.storage.ApplySnapshot(snapshotFromWAL(snap)); err != nil {
 			return err
 		}
 		n.confState.Store(snap.ConfState)
@@ -398,8 +455,13 @@ func (n *Node) propose(ctx context.Context, p proposal) error {
 	}
 }
 
-// Step delivers a message from a peer.
+// Step delivers a message from a peer. It blocks while the node's inbox
+// is full (4096 messages), until ctx is done or the node stops.
+// A MsgSnap must come with its payload, through StepSnapshot.
 func (n *Node) Step(ctx context.Context, m *raftpb.Message) error {
+	if m.GetType() == raftpb.MsgSnap {
+		return fmt.Errorf("raft: a snapshot message must be delivered with its image (StepSnapshot)")
+	}
 	select {
 	case n.recvc <- m:
 		return nil
@@ -424,6 +486,15 @@ func (n *Node) Stop() error {
 	<-n.done
 	<-n.appliedDone
 	n.snapWG.Wait()
+	n.images.drop()
+	for _, h := range n.images.pins {
+		h.unref()
+	}
+	n.images.pins = nil
+	if n.pending != nil {
+		_ = n.fs.Remove(n.pending.path)
+		n.pending = nil
+	}
 	err := n.sm.Commit()
 	if werr := n.wal.Close(); err == nil {
 		err = werr

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-db/strata/mvcc"
+	"github.com/strata-db/strata/raft"
 )
 
 // applier is the raft StateMachine: it applies committed entries to the
@@ -146,3 +148,15 @@ func (l *lazyWrite) get() *mvcc.WriteTx {
 
 func (l *lazyWrite) Put(bucket, key, value []byte) { l.get().Put(bucket, key, value) }
 func (l *lazyWrite) Delete(bucket, key []byte)     { l.get().Delete(bucket, key) }
+
+// Image is a page-store image of the committed state, for a follower.
+func (a *applier) Image() (raft.Image, error) { return a.s.be.Image() }
+
+// CheckImage validates a received page-store image.
+func (a *applier) CheckImage(path string) (uint64, error) { return mvcc.ImageIndex(path) }
+
+// Restore is not wired yet: without a peer transport a member never
+// receives a snapshot (the next commit restores the whole server state).
+func (a *applier) Restore(meta raft.SnapshotMeta, path string) error {
+	return fmt.Errorf("server: cannot install the snapshot at %d: restoring the server state is not implemented", meta.Index)
+}

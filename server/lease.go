@@ -266,58 +266,77 @@ func (s *Server) authRevisionMoved(rev uint64) error {
 }
 
 // runLeases promotes the lessor when this member becomes leader and
-// demotes it when it stops being one, and proposes a revoke for every
-// lease the primary lessor reports expired.
+// demotes it when it stops being one (woken by raft's leader-change
+// notification), and proposes a revoke for every lease the primary lessor
+// reports expired.
 func (s *Server) runLeases() {
 	primary := false
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
 	for {
+		// Taken before reading the leader, so a change after the read
+		// wakes the select below.
+		changed := s.node.LeaderChanged()
+		leader := s.node.IsLeader()
+		switch {
+		case leader && !primary:
+			// Promote once the new term's entries are applied, so the
+			// lessor sees every grant and revoke committed before.
+			ctx, cancel := context.WithTimeout(context.Background(), s.requestTimeout())
+			err := s.linearizableRead(ctx)
+			cancel()
+			if err == nil && s.node.IsLeader() {
+				s.lessor.Promote(s.cfg.ElectionTimeout())
+				primary = true
+			}
+		case !leader && primary:
+			s.lessor.Demote()
+			primary = false
+		}
+		var retry <-chan time.Time
+		if leader && !primary {
+			// The read failed (it timed out under load, say) while this
+			// member still leads: try again shortly, or at the next change.
+			retry = time.After(s.cfg.HeartbeatInterval())
+		}
 		select {
 		case <-s.stopping:
 			return
-		case ids := <-s.lessor.ExpiredLeasesC():
-			if !s.node.IsLeader() {
-				continue
-			}
-			for _, id := range ids {
-				go func(id int64) {
-					ctx, cancel := context.WithTimeout(context.Background(), s.requestTimeout())
-					defer cancel()
-					res, err := s.propose(ctx, &pb.InternalRaftRequest{LeaseRevoke: &pb.LeaseRevokeRequest{ID: id}})
-					if err == nil {
-						err = res.err
-					}
-					if err == nil {
-						s.metrics.leaseExpired.Inc()
-					}
-					// The lessor reports the lease again later. Under the
-					// CORRUPT alarm every revoke is refused, so expired
-					// leases stay until it is disarmed; say so, as etcd.
-					if err != nil && !errors.Is(err, lease.ErrLeaseNotFound) && !errors.Is(err, errStopped) {
-						s.lg.Warn("failed to revoke an expired lease", "lease-id", fmt.Sprintf("%016x", id), "error", err)
-					}
-				}(id)
-			}
-		case <-tick.C:
-			leader := s.node.IsLeader()
-			switch {
-			case leader && !primary:
-				// Promote once the new term's entries are applied, so the
-				// lessor sees every grant and revoke committed before.
-				ctx, cancel := context.WithTimeout(context.Background(), s.requestTimeout())
-				err := s.linearizableRead(ctx)
-				cancel()
-				if err != nil {
-					continue
-				}
-				s.lessor.Promote(s.cfg.ElectionTimeout())
-				primary = true
-			case !leader && primary:
+		case <-s.node.Done():
+			// The node stopped (a fatal error): it has no leader any more.
+			if primary {
 				s.lessor.Demote()
-				primary = false
+			}
+			<-s.stopping
+			return
+		case <-changed:
+		case <-retry:
+		case ids := <-s.lessor.ExpiredLeasesC():
+			if s.node.IsLeader() {
+				s.revokeExpired(ids)
 			}
 		}
+	}
+}
+
+// revokeExpired proposes the revoke of each expired lease.
+func (s *Server) revokeExpired(ids []int64) {
+	for _, id := range ids {
+		go func(id int64) {
+			ctx, cancel := context.WithTimeout(context.Background(), s.requestTimeout())
+			defer cancel()
+			res, err := s.propose(ctx, &pb.InternalRaftRequest{LeaseRevoke: &pb.LeaseRevokeRequest{ID: id}})
+			if err == nil {
+				err = res.err
+			}
+			if err == nil {
+				s.metrics.leaseExpired.Inc()
+			}
+			// The lessor reports the lease again later. Under the
+			// CORRUPT alarm every revoke is refused, so expired
+			// leases stay until it is disarmed; say so, as etcd.
+			if err != nil && !errors.Is(err, lease.ErrLeaseNotFound) && !errors.Is(err, errStopped) {
+				s.lg.Warn("failed to revoke an expired lease", "lease-id", fmt.Sprintf("%016x", id), "error", err)
+			}
+		}(id)
 	}
 }
 

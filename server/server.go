@@ -287,11 +287,13 @@ func (s *Server) bootstrapIDs() error {
 // committed when it started: it then serves requests.
 func (s *Server) Ready() <-chan struct{} { return s.readyc }
 
-// waitReady closes readyc when the member can serve.
+// waitReady closes readyc when the member can serve: once it knows a
+// leader and has applied what was committed then. It wakes on raft's
+// leader-change notification.
 func (s *Server) waitReady() {
 	for {
-		st := s.node.Status()
-		if st.Leader != 0 {
+		changed := s.node.LeaderChanged()
+		if st := s.node.Status(); st.Leader != 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ElectionTimeout()*5)
 			err := s.node.WaitApplied(ctx, st.Committed)
 			cancel()
@@ -299,10 +301,13 @@ func (s *Server) waitReady() {
 				close(s.readyc)
 				return
 			}
+			continue
 		}
 		select {
-		case <-time.After(10 * time.Millisecond):
+		case <-changed:
 		case <-s.stopping:
+			return
+		case <-s.node.Done():
 			return
 		}
 	}

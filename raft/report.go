@@ -1,0 +1,80 @@
+package raft
+
+import (
+	etcdraft "go.etcd.io/raft/v3"
+)
+
+// The transport's side of the Node: what it learns about peers flows back
+// to raft through these calls, which only queue the report; the raft
+// goroutine applies it to the RawNode (which is not safe for concurrent
+// use) on its next turn.
+
+// report is one queued transport report.
+type report struct {
+	id       uint64
+	snapshot bool // false: unreachable
+	status   etcdraft.SnapshotStatus
+}
+
+// ReportUnreachable tells raft that the last message to peer id was not
+// delivered (a full queue, a broken stream), so the leader stops
+// optimistic replication to it and probes instead. It never blocks: a
+// report that finds the queue full is dropped, which is harmless, as the
+// transport reports the peer again on its next failure.
+func (n *Node) ReportUnreachable(id uint64) {
+	select {
+	case n.reportc <- report{id: id}:
+	default:
+	}
+}
+
+// ReportSnapshot tells raft how sending a snapshot to peer id ended
+// (etcdraft.SnapshotFinish or SnapshotFailure). Every snapshot handed to
+// the transport must be reported exactly once: until it is, the leader
+// sends the peer nothing else. It blocks only until the raft goroutine
+// takes the report, or the node stops.
+func (n *Node) ReportSnapshot(id uint64, status etcdraft.SnapshotStatus) {
+	select {
+	case n.reportc <- report{id: id, snapshot: true, status: status}:
+	case <-n.done:
+	}
+}
+
+// applyReport applies a queued report. Called from the raft goroutine.
+func (n *Node) applyReport(r report) {
+	if r.snapshot {
+		n.rn.ReportSnapshot(r.id, r.status)
+		return
+	}
+	n.rn.ReportUnreachable(r.id)
+}
+
+// LeaderChanged returns a channel that is closed the next time the leader
+// this member knows of changes (including to "no leader"). Read
+// Status().Leader or IsLeader after it fires, and call LeaderChanged again
+// before reading, so no change is missed:
+//
+//	for {
+//		ch := n.LeaderChanged()
+//		act(n.IsLeader())
+//		<-ch
+//	}
+func (n *Node) LeaderChanged() <-chan struct{} {
+	n.leaderMu.Lock()
+	defer n.leaderMu.Unlock()
+	return n.leaderNotify
+}
+
+// publishLeader records a new leader and wakes LeaderChanged waiters.
+// Called from the raft goroutine.
+func (n *Node) publishLeader(lead uint64) bool {
+	n.leaderMu.Lock()
+	defer n.leaderMu.Unlock()
+	if n.lead.Swap(lead) == lead {
+		return false
+	}
+	n.leaderChanges.Add(1)
+	close(n.leaderNotify)
+	n.leaderNotify = make(chan struct{})
+	return true
+}
