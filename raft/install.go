@@ -175,6 +175,12 @@ func (n *Node) restoreState(r *restoreReq) error {
 	return nil
 }
 
+// ErrNoImage is the cause named when the page store is behind the WAL's
+// snapshot and no received image can bring it there. Its text is etcd's
+// for the same state (a db older than the snapshot and no snap/*.snap.db),
+// which operators and etcd's own tests look for in the log.
+var ErrNoImage = errors.New("snap: snapshot file doesn't exist")
+
 // finishInstall completes, at start-up, an install that a crash
 // interrupted after the WAL recorded its marker: the state machine is
 // behind the WAL's snapshot, and the image waits under its final name.
@@ -184,11 +190,12 @@ func (n *Node) finishInstall(snap wal.Snapshot, ci uint64) error {
 		p = ImagePath(n.cfg.SnapshotDir, snap.Index)
 	}
 	if p == "" {
-		return fmt.Errorf("raft: the state machine is at index %d, behind the WAL's snapshot at %d: the data directory is damaged", ci, snap.Index)
+		return fmt.Errorf("raft: failed to find database snapshot file (%v): the state machine is at index %d, behind the WAL's snapshot at %d: the data directory is damaged",
+			ErrNoImage, ci, snap.Index)
 	}
 	if _, err := n.fs.Stat(p); err != nil {
-		return fmt.Errorf("raft: the state machine is at index %d, behind the WAL's snapshot at %d, and the snapshot's image %s is missing (%v): the data directory is damaged",
-			ci, snap.Index, p, err)
+		return fmt.Errorf("raft: failed to find database snapshot file (%v): the state machine is at index %d, behind the WAL's snapshot at %d, and the snapshot's image %s is missing (%v): the data directory is damaged",
+			ErrNoImage, ci, snap.Index, p, err)
 	}
 	n.log.Info("finishing the install of a received snapshot that a restart interrupted", "index", snap.Index, "image", p)
 	return n.sm.Restore(SnapshotMeta{Index: snap.Index, Term: snap.Term, ConfState: snap.ConfState}, p)

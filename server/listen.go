@@ -88,14 +88,16 @@ type muxListener struct {
 	// serveH2, when set (TLS listeners), serves HTTP/2 connections over
 	// TLS itself: curl and browsers negotiate h2 too, so HTTP/2 there is
 	// split by content type rather than handed to gRPC whole.
-	serveH2   func(net.Conn)
+	serveH2 func(net.Conn)
+	// rejected, when set, is told of each failed TLS handshake.
+	rejected  func(*tls.Conn, error)
 	grpcL     *chanListener // plaintext HTTP/2 (addr.grpc)
 	httpL     *chanListener // HTTP/1.x, plaintext or TLS (addr.http)
 	closeOnce sync.Once
 }
 
-func newMuxListener(l net.Listener, addr clientAddr, tlsConfig *tls.Config) *muxListener {
-	m := &muxListener{inner: l, addr: addr, tlsConfig: tlsConfig,
+func newMuxListener(l net.Listener, addr clientAddr, tlsConfig *tls.Config, rejected func(*tls.Conn, error)) *muxListener {
+	m := &muxListener{inner: l, addr: addr, tlsConfig: tlsConfig, rejected: rejected,
 		grpcL: newChanListener(l.Addr()), httpL: newChanListener(l.Addr())}
 	go m.serve()
 	return m
@@ -131,7 +133,18 @@ func (m *muxListener) route(c net.Conn) {
 		c = &peekedConn{Conn: c, r: br}
 	}
 	if isTLS {
-		c = tls.Server(c, m.tlsConfig)
+		tc := tls.Server(c, m.tlsConfig)
+		// Handshake here, under the sniff deadline, so that a refused
+		// client (no certificate, an unknown CA) is logged and closed
+		// instead of surfacing later as a read error of the server.
+		if err := tc.Handshake(); err != nil {
+			if m.rejected != nil {
+				m.rejected(tc, err)
+			}
+			tc.Close()
+			return
+		}
+		c = tc
 	}
 	br := bufio.NewReaderSize(c, 4096)
 	head, err := br.Peek(len(http2Preface))

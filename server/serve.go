@@ -41,7 +41,7 @@ func (s *Server) Serve() error {
 		// requests in flight, not for the CPUs: a new goroutine per RPC
 		// also grows its stack afresh each time.
 		grpc.NumStreamWorkers(uint32(max(256, 4*runtime.GOMAXPROCS(0)))),
-		grpc.ChainUnaryInterceptor(s.metrics.grpc.unaryInterceptor, s.authUnary),
+		grpc.ChainUnaryInterceptor(s.requestStats, s.metrics.grpc.unaryInterceptor, s.authUnary),
 		grpc.ChainStreamInterceptor(s.metrics.grpc.streamInterceptor, s.authStream),
 		grpc.StatsHandler(statsHandler{s.metrics.grpc}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.cfg.GRPCKeepAliveMinTime, PermitWithoutStream: false}),

@@ -52,7 +52,7 @@ func (s *Server) serveClients(clientTLS *tls.Config) error {
 		if a.secure {
 			tc = clientTLS
 		}
-		mux := newMuxListener(ls[i], a, tc)
+		mux := newMuxListener(ls[i], a, tc, s.tlsRejected("client"))
 		if a.grpc {
 			go s.grpc.Serve(mux.grpcL)
 		}

@@ -132,7 +132,7 @@ var flagDefs = []flagDef{
 	{gCluster, "auto-compaction-retention", "Retention: duration or hours (periodic), revisions (revision); 0 disables.", str(func(c *Config) *string { return &c.AutoCompactionRetention }), nil},
 	{gCluster, "auto-compaction-mode", "'periodic' or 'revision'.", str(func(c *Config) *string { return &c.AutoCompactionMode }), nil},
 	{gCluster, "v2-deprecation", "Accepted and ignored: etcd 3.7 enforces its default.", func(c *Config, _ *parseState) flag.Value {
-		return &choicesValue{dst: &c.V2Deprecation, valids: []string{"not-yet", "write-only", "write-only-drop-data", "gone"}}
+		return &choicesValue{dst: &c.V2Deprecation, valids: []string{"write-only", "write-only-skip-check", "write-only-drop-data", "gone"}}
 	}, nil},
 
 	// Security

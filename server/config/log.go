@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -91,7 +93,7 @@ func (c *Config) NewLogger() (lg *slog.Logger, closeFn func() error, err error) 
 	w := io.MultiWriter(writers...)
 	var h slog.Handler
 	if c.LogFormat == "console" {
-		h = slog.NewTextHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: etcdAttrs})
+		h = slog.NewTextHandler(w, &slog.HandlerOptions{Level: level, AddSource: true, ReplaceAttr: etcdAttrs})
 	} else {
 		h = newJSONHandler(w, level)
 	}
@@ -99,18 +101,24 @@ func (c *Config) NewLogger() (lg *slog.Logger, closeFn func() error, err error) 
 }
 
 func newJSONHandler(w io.Writer, level slog.Level) slog.Handler {
-	return slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: etcdAttrs})
+	return slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, AddSource: true, ReplaceAttr: etcdAttrs})
 }
 
 // etcdAttrs renames slog's built-in keys to zap's as etcd configures them
-// ("ts", lower-case "level") and writes every time.Duration, at any depth
+// ("ts" with microseconds and a numeric zone, lower-case "level",
+// "caller" as zap's short "dir/file.go:line") and writes every time.Duration, at any depth
 // of groups, as zap's string duration encoder does ("took":"74.991µs",
 // not slog's bare nanoseconds), so log shippers and scripts that parse
 // etcd's JSON logs read Strata's unchanged.
 func etcdAttrs(groups []string, a slog.Attr) slog.Attr {
-	if a.Value.Kind() == slog.KindDuration {
+	switch a.Value.Kind() {
+	case slog.KindDuration:
 		a.Value = slog.StringValue(a.Value.Duration().String())
 		return a
+	case slog.KindTime:
+		// Every time, the record's own and attributes ("start time"), in
+		// the layout of etcd's zap time encoder.
+		a.Value = slog.StringValue(a.Value.Time().Format(etcdTimeLayout))
 	}
 	if len(groups) > 0 {
 		return a
@@ -118,12 +126,23 @@ func etcdAttrs(groups []string, a slog.Attr) slog.Attr {
 	switch a.Key {
 	case slog.TimeKey:
 		a.Key = "ts"
+	case slog.SourceKey:
+		a.Key = "caller"
+		src, _ := a.Value.Any().(*slog.Source)
+		if src == nil || src.File == "" {
+			a.Value = slog.StringValue("unknown")
+			break
+		}
+		a.Value = slog.StringValue(filepath.Base(filepath.Dir(src.File)) + "/" + filepath.Base(src.File) + ":" + strconv.Itoa(src.Line))
 	case slog.LevelKey:
 		l, _ := a.Value.Any().(slog.Level)
 		a.Value = slog.StringValue(levelName(l))
 	}
 	return a
 }
+
+// etcdTimeLayout is the time format of etcd's zap configuration.
+const etcdTimeLayout = "2006-01-02T15:04:05.000000Z0700"
 
 func levelName(l slog.Level) string {
 	switch {

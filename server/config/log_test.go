@@ -78,3 +78,38 @@ func TestLogDurations(t *testing.T) {
 		}
 	}
 }
+
+// TestLogLineKeysAreEtcds: a JSON log line carries the keys etcd's zap
+// configuration writes and tools (and etcd's own e2e TestServerJsonLogging)
+// read: level, ts in etcd's layout with microseconds, caller as zap's
+// short "dir/file.go:line" of the logging call, and msg.
+func TestLogLineKeysAreEtcds(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "strata.log")
+	c, _ := mustParse(t, []string{"--log-outputs=" + path, "--log-level=debug"}, nil)
+	lg, closeFn, err := c.NewLogger()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg.Debug("one")
+	if err := closeFn(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	var rec struct{ Level, Ts, Caller, Msg string }
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	if rec.Level != "debug" || rec.Msg != "one" {
+		t.Errorf("level/msg: %s", b)
+	}
+	if !strings.HasPrefix(rec.Caller, "config/log_test.go:") {
+		t.Errorf("caller %q, want config/log_test.go:LINE", rec.Caller)
+	}
+	ts, err := time.Parse("2006-01-02T15:04:05.999999Z0700", rec.Ts)
+	if err != nil || len(rec.Ts) != len("2006-01-02T15:04:05.000000Z") && !strings.ContainsAny(rec.Ts[19:], "+-") {
+		t.Errorf("ts %q: %v", rec.Ts, err)
+	}
+	if d := time.Since(ts); d < 0 || d > time.Hour {
+		t.Errorf("ts %q is not now", rec.Ts)
+	}
+}

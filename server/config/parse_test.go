@@ -327,7 +327,8 @@ func TestLogLevelFiltersParseMessages(t *testing.T) {
 		t.Errorf("warnings printed at error level:\n%s", stderr)
 	}
 	_, stderr = mustParse(t, []string{"--name=a", "--log-level=debug", "--force"}, nil)
-	if !strings.Contains(stderr, `"level":"debug","msg":"flag is no longer supported - ignoring","flag-name":"force"`) {
+	if !strings.Contains(stderr, `"level":"debug","caller":"config/parse.go:`) ||
+		!strings.Contains(stderr, `"msg":"flag is no longer supported - ignoring","flag-name":"force"`) {
 		t.Errorf("ignored flag not logged at debug:\n%s", stderr)
 	}
 }

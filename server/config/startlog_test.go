@@ -46,7 +46,7 @@ func TestStartAttrs(t *testing.T) {
 		if got["msg"] != StartMessage || got["strata-version"] != "x" || got["etcd-version"] != version.Etcd {
 			t.Errorf("%q: line %s", tc.args, buf.String())
 		}
-		for _, k := range []string{"ts", "level", "msg", "git-sha", "go-version", "go-os", "go-arch", "max-cpu-set", "max-cpu-available", "strata-version"} {
+		for _, k := range []string{"ts", "level", "caller", "msg", "git-sha", "go-version", "go-os", "go-arch", "max-cpu-set", "max-cpu-available", "strata-version"} {
 			delete(got, k)
 		}
 		wantKeys, want := decodeOrdered(t, tc.etcd)

@@ -138,7 +138,10 @@ func (c *Config) serverTLS(info TLSInfo, side string, hosts []string) (*tls.Conf
 			return nil, err
 		}
 	}
-	if info.ClientCertAuth {
+	// As in etcd, a trusted CA alone already demands a verified client
+	// certificate: --trusted-ca-file without --client-cert-auth is not
+	// an optional check.
+	if info.ClientCertAuth || info.TrustedCAFile != "" {
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	var revoked map[string]bool
