@@ -31,6 +31,10 @@ var rank = map[string]int{
 var allowed = map[string]string{
 	"tools -> server/config": "snapshot restore checks its cluster flags exactly as strata does at bootstrap; " +
 		"server/config imports nothing of the module but package version",
+	"raft/transport -> membership": "the peer port's /members answers with the member records as etcd does; " +
+		"membership imports only pagestore and schema, never raft",
+	"raft/rafttest -> mvcc": "the in-memory N-member harness runs the real mvcc store as each member's state machine; " +
+		"only tests import rafttest",
 }
 
 // pending are imports that another change is about to remove. Each
