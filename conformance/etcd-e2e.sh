@@ -22,6 +22,7 @@
 #   PARTS=p1,p2|all     parts of the list to run (default must-pass)
 #   SHORT=1             only the short subset (what make test runs)
 #   TIMEOUT=5m          per-test limit
+#   ISOLATE=auto|on|off namespaces per test (default auto; off for etcd)
 #   STRATA_ETCD_E2E_CACHE  where the tests module and e2e.test are built
 #                       (default $(go env GOCACHE)/../strata-etcd-e2e)
 # Extra arguments go to the runner (bin/etcd-e2e -h).
@@ -155,4 +156,15 @@ args=(-test-bin "$build/e2e.test" -src "$build/src" -bin-dir "$bindir"
 [[ -n ${PARTS:-} ]] && args+=(-parts "$PARTS")
 [[ -n ${SHORT:-} && ${SHORT:-} != 0 ]] && args+=(-short)
 [[ -n ${TIMEOUT:-} ]] && args+=(-timeout "$TIMEOUT")
+# Real etcd runs outside the namespaces: inside them its HTTP gateway
+# stalls on Auth, Cluster and Election requests until curl gives up
+# (TestCurlV3Auth*, TestCurlV3ClusterOperations, TestCurlV3Election* time
+# out there and pass outside; not traced yet, likely a lookup that the
+# namespace's default route through lo leaves unanswered). Strata passes
+# them isolated. ISOLATE=on|off|auto overrides.
+if [[ -n ${ISOLATE:-} ]]; then
+	args+=(-isolate "$ISOLATE")
+elif [[ $target == etcd ]]; then
+	args+=(-isolate off)
+fi
 exec "$root/bin/etcd-e2e" "${args[@]}" "$@"
