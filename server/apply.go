@@ -100,6 +100,8 @@ func (a *applier) dispatch(idx, term uint64, req *pb.InternalRaftRequest) applyR
 		return applyResult{resp: resp, err: err}
 	}
 	switch {
+	case req.ClusterMemberAttrSet != nil:
+		s.applyMemberAttrs(idx, term, req.ClusterMemberAttrSet)
 	case req.Alarm != nil:
 		w := s.be.BeginWrite()
 		r.resp = s.applyAlarm(w, req.Alarm)

@@ -19,6 +19,8 @@ var (
 	errRequestTooLarge = errors.New("server: request is too large")
 	errTimeout         = errors.New("server: request timed out")
 	errStopped         = errors.New("server: server stopped")
+	errCanceled        = errors.New("server: request canceled")
+	errRemoved         = errors.New("server: the member has been permanently removed from the cluster")
 	errNoLeader        = errors.New("server: no leader")
 	errNoSpace         = errors.New("server: database space exceeded")
 	errCorrupt         = errors.New("server: corrupt cluster")
@@ -56,6 +58,8 @@ func toGRPCError(err error) error {
 		return rpctypes.ErrGRPCCorrupt
 	case errors.Is(err, errTimeout):
 		return rpctypes.ErrGRPCTimeout
+	case errors.Is(err, errCanceled):
+		return rpctypes.ErrGRPCCanceled
 	case errors.Is(err, errStopped), errors.Is(err, raft.ErrStopped), errors.Is(err, mvcc.ErrBackendClosed):
 		return rpctypes.ErrGRPCStopped
 	case errors.Is(err, errNoLeader), errors.Is(err, raft.ErrNoLeader), errors.Is(err, raft.ErrProposalDropped):

@@ -205,6 +205,9 @@ func (a *applier) applyConfChange(idx, term uint64, e *raftpb.Entry) {
 		return
 	}
 	s.members.ApplyConfChange(&cc, w)
+	if s.peers != nil {
+		s.peers.syncMembers()
+	}
 	if cc.GetId() != 0 {
 		s.wait.trigger(cc.GetId(), applyResult{})
 	}
