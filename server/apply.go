@@ -1,7 +1,6 @@
 package server
 
 import (
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -157,8 +156,3 @@ func (a *applier) Image() (raft.Image, error) { return a.s.be.Image() }
 // CheckImage validates a received page-store image.
 func (a *applier) CheckImage(path string) (uint64, error) { return mvcc.ImageIndex(path) }
 
-// Restore is not wired yet: without a peer transport a member never
-// receives a snapshot (the next commit restores the whole server state).
-func (a *applier) Restore(meta raft.SnapshotMeta, path string) error {
-	return fmt.Errorf("server: cannot install the snapshot at %d: restoring the server state is not implemented", meta.Index)
-}

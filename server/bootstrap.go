@@ -49,7 +49,7 @@ func (s *Server) bootstrapIDs() error {
 		return err
 	}
 	s.members = membership.NewSet()
-	persisted, err := s.members.Load(s.db)
+	persisted, err := s.members.Load(s.be.DB())
 	if err != nil {
 		return err
 	}

@@ -397,3 +397,65 @@ func TestClusterQuorumLoss(t *testing.T) {
 		t.Fatalf("serializable read without quorum: %q, want v", got)
 	}
 }
+
+// A member stopped while more than --snapshot-count entries are written
+// (and the leader compacted its log past them) catches up by snapshot:
+// the leader streams its page-store image over the peer port, the member
+// installs it in place, and then follows the log again.
+func TestClusterSnapshotCatchUp(t *testing.T) {
+	c := newTestCluster(t, 3, "--snapshot-count", "50", "--snapshot-catchup-entries", "10")
+	lead := c.leader()
+	lagging := c.followers()[0]
+	g, err := lead.lease.LeaseGrant(ctxT(t), &pb.LeaseGrantRequest{TTL: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, lead, "gone", "x")
+	c.stop(lagging)
+	for i := 0; i < 200; i++ {
+		mustPut(t, lead, fmt.Sprintf("k/%03d", i), fmt.Sprint(i))
+	}
+	if _, err := lead.kv.DeleteRange(ctxT(t), &pb.DeleteRangeRequest{Key: []byte("gone")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lead.kv.Put(ctxT(t), &pb.PutRequest{Key: []byte("leased"), Value: []byte("v"), Lease: g.ID}); err != nil {
+		t.Fatal(err)
+	}
+	last := mustPut(t, lead, "last", "y")
+	c.restart(lagging)
+	poll.Until(t, "the lagging member to catch up", func() bool { return lagging.s.kv.Rev() >= last.Header.Revision })
+	if !strings.Contains(lagging.logText(), "restored the state from a leader's snapshot") {
+		t.Fatalf("the lagging member caught up without a snapshot; its log:\n%s", lagging.logText())
+	}
+	if !strings.Contains(lead.logText(), "sent database snapshot") {
+		t.Fatalf("the leader's log does not show the snapshot it sent:\n%s", lead.logText())
+	}
+	// The restored member has the leader's data, leases and members, and
+	// keeps following the log.
+	after := mustPut(t, lead, "after", "z")
+	poll.Until(t, "the restored member to apply a later put", func() bool { return lagging.s.kv.Rev() >= after.Header.Revision })
+	for _, k := range []string{"k/000", "k/199", "last", "after", "leased"} {
+		if got := getValue(t, lagging, k, true); got == "" {
+			t.Fatalf("key %s missing on the restored member", k)
+		}
+	}
+	if got := getValue(t, lagging, "gone", true); got != "" {
+		t.Fatalf("deleted key still on the restored member: %q", got)
+	}
+	if ids := lagging.s.lessor.Leases(); len(ids) != 1 || ids[0] != g.ID {
+		t.Fatalf("leases on the restored member: %v, want [%x]", ids, g.ID)
+	}
+	if n := len(lagging.s.members.List()); n != 3 {
+		t.Fatalf("%d members on the restored member, want 3", n)
+	}
+	h := func(m *clusterMember) uint32 {
+		r, err := m.maint.HashKV(ctxT(t), &pb.HashKVRequest{Revision: after.Header.Revision})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Hash
+	}
+	if a, b := h(lead), h(lagging); a != b {
+		t.Fatalf("HashKV: leader %d, restored member %d", a, b)
+	}
+}

@@ -28,7 +28,7 @@ func (s *Server) quotaBytes() int64 {
 func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
 	s := m.s
 	st := s.node.Status()
-	ds := s.db.Stats()
+	ds := s.be.DB().Stats()
 	resp := &pb.StatusResponse{
 		Header:           s.header(0),
 		Version:          EtcdVersion,
@@ -102,7 +102,7 @@ func (m *maintenanceServer) Defragment(ctx context.Context, r *pb.DefragmentRequ
 	}
 	s := m.s
 	start := time.Now()
-	before := s.db.Stats()
+	before := s.be.DB().Stats()
 	if err := s.be.ForceCommit(); err != nil {
 		return nil, toGRPCError(err)
 	}

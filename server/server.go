@@ -9,8 +9,12 @@
 // membership); the client side: serveclient.go (which address serves
 // what), listen.go (routing a connection by its first bytes), access.go
 // (etcd's HTTP access checks), http.go (health, version), debugvars.go
-// and gateway.go. Server holds the parts; each service is a small type
-// over it.
+// and gateway.go; the cluster side: bootstrap.go (static bootstrap and
+// publishing this member's attributes through raft), peer.go (the peer
+// port: raft/transport wired to the raft node), leasefwd.go (lease
+// keep-alives and time-to-live forwarded to the leader) and restore.go
+// (installing a leader's snapshot in place). Server holds the parts; each
+// service is a small type over it.
 package server
 
 import (
@@ -61,7 +65,11 @@ type Server struct {
 	alarms      *alarms
 	downgrade   downgradeState
 
+	// db is the page store opened at start. A follower that installs a
+	// leader's image swaps in another (applier.Restore): use s.be.DB()
+	// once the backend exists.
 	db      *pagestore.DB
+	dbFS    vfs.FS // the page store's file system (tests inject faults)
 	be      *mvcc.Backend
 	kv      *mvcc.Store
 	watch   *mvcc.WatchableStore
@@ -131,8 +139,8 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	}
 	removeStaleSnapshotTemps(cfg.SnapDir())
 	s.metrics = newMetrics(cfg.Metrics == "extensive")
-	if s.db, err = pagestore.Open(cfg.BackendPath(), &pagestore.Options{Logger: lg, FS: hooks.dbFS,
-		OnCommit: s.metrics.observeCommitPhases}); err != nil {
+	s.dbFS = hooks.dbFS
+	if s.db, err = s.openPageStore(); err != nil {
 		return nil, fmt.Errorf("open backend %s: %w", cfg.BackendPath(), err)
 	}
 	// After the page store's lock, so a second server on this data dir
@@ -170,10 +178,10 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	}
 	s.kv = s.watch.Store
 	s.alarms = newAlarms()
-	if err := s.alarms.load(s.db); err != nil {
+	if err := s.alarms.load(s.be.DB()); err != nil {
 		return nil, err
 	}
-	if err := s.diskFull.load(s.db); err != nil {
+	if err := s.diskFull.load(s.be.DB()); err != nil {
 		return nil, err
 	}
 	if err := s.bootstrapIDs(); err != nil {
@@ -216,6 +224,12 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	s.peers.serve()
 	s.metrics.register(s)
 	return s, nil
+}
+
+// openPageStore opens the page store at the backend path.
+func (s *Server) openPageStore() (*pagestore.DB, error) {
+	return pagestore.Open(s.cfg.BackendPath(), &pagestore.Options{Logger: s.lg, FS: s.dbFS,
+		OnCommit: s.metrics.observeCommitPhases})
 }
 
 // MemberInitialized reports whether cfg's data dir already holds a WAL:
@@ -330,8 +344,14 @@ func (s *Server) closeStorage() error {
 	if s.be != nil {
 		errs = append(errs, s.be.Close())
 	}
-	if s.db != nil {
-		errs = append(errs, s.db.Close())
+	// The page store in use: a follower that installed a leader's image
+	// runs on another one than it opened (applier.Restore).
+	db := s.db
+	if s.be != nil {
+		db = s.be.DB()
+	}
+	if db != nil {
+		errs = append(errs, db.Close())
 	}
 	return errors.Join(errs...)
 }
