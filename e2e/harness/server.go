@@ -48,6 +48,10 @@ type ServerConfig struct {
 	// the binary does not log ReadyLine. Off by default: etcd accepts
 	// connections before it serves them.
 	ReadyOnPort bool
+	// InitialCluster, when set, is --initial-cluster (a member of a
+	// Cluster); the default is this member alone. Ports are then fixed:
+	// they are in the other members' flags.
+	InitialCluster string
 }
 
 // Server is a running (or stopped) member. Ports and the data dir are fixed at
@@ -122,7 +126,7 @@ func (s *Server) pickPorts() error {
 func (s *Server) Start() error {
 	for try := 0; ; try++ {
 		err := s.start()
-		if err == nil || try == 2 || s.starts > try+1 || !strings.Contains(err.Error(), "address already in use") {
+		if err == nil || try == 2 || s.starts > try+1 || s.cfg.InitialCluster != "" || !strings.Contains(err.Error(), "address already in use") {
 			return err
 		}
 		if err := os.RemoveAll(s.DataDir); err != nil {
@@ -152,6 +156,10 @@ func (s *Server) Pid() int {
 
 // Args is the full flag list the server is started with.
 func (s *Server) Args() []string {
+	initial := s.cfg.Name + "=" + s.PeerURL
+	if s.cfg.InitialCluster != "" {
+		initial = s.cfg.InitialCluster
+	}
 	args := []string{
 		"--name=" + s.cfg.Name,
 		"--data-dir=" + s.DataDir,
@@ -159,7 +167,7 @@ func (s *Server) Args() []string {
 		"--advertise-client-urls=" + s.ClientURL,
 		"--listen-peer-urls=" + s.PeerURL,
 		"--initial-advertise-peer-urls=" + s.PeerURL,
-		"--initial-cluster=" + s.cfg.Name + "=" + s.PeerURL,
+		"--initial-cluster=" + initial,
 		"--initial-cluster-token=strata-e2e",
 		"--initial-cluster-state=new",
 		"--listen-metrics-urls=" + s.MetricsURL,

@@ -1,0 +1,275 @@
+package e2e
+
+// A 3-member cluster of real server processes ($STRATA_E2E_TARGET, etcd by
+// default), driven with the real clientv3 and etcdctl: static bootstrap,
+// a put on one member read on the others, SIGKILL of the leader and a new
+// leader with writes continuing, the killed member restarting and catching
+// up, a member catching up by snapshot after more than --snapshot-count
+// entries, and the bootstrap refusal of a member that lost its data dir.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/strata-db/strata/e2e/harness"
+	"github.com/strata-db/strata/internal/poll"
+)
+
+// clusterFlags are the seeds' local-cluster timings, shortened so a test
+// does not wait out etcd's default election timeout, plus a small
+// snapshot count so a stopped member falls behind the leader's log.
+var clusterFlags = []string{
+	"--heartbeat-interval=50", "--election-timeout=500",
+	"--snapshot-count=100", "--snapshot-catchup-entries=20",
+}
+
+func startCluster(t *testing.T, bin string, flags []string) *harness.Cluster {
+	t.Helper()
+	c, err := harness.NewCluster(bin, t.TempDir(), 3, flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Errorf("stop cluster: %v", err)
+		}
+		if t.Failed() {
+			for _, m := range c.Members {
+				t.Logf("log of %s:\n%s", m.Name(), m.LogTail(60))
+			}
+		}
+	})
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func memberClient(t *testing.T, m *harness.Server) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// clusterLeader asks each running member for its status and returns the
+// member all of them name as leader.
+func clusterLeader(t *testing.T, c *harness.Cluster) *harness.Server {
+	t.Helper()
+	var lead *harness.Server
+	poll.Until(t, "the running members to agree on a leader", func() bool {
+		var id uint64
+		byID := map[uint64]*harness.Server{}
+		for _, m := range c.Members {
+			if !m.Running() {
+				continue
+			}
+			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL}, DialTimeout: time.Second, Logger: zap.NewNop()})
+			if err != nil {
+				return false
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			st, err := cli.Status(ctx, m.ClientURL)
+			cancel()
+			cli.Close()
+			if err != nil || st.Leader == 0 || (id != 0 && st.Leader != id) {
+				return false
+			}
+			id = st.Leader
+			byID[st.Header.MemberId] = m
+		}
+		lead = byID[id]
+		return lead != nil
+	})
+	return lead
+}
+
+func putN(t *testing.T, cli *clientv3.Client, prefix string, n int) int64 {
+	t.Helper()
+	var rev int64
+	for i := 0; i < n; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), poll.Deadline)
+		resp, err := cli.Put(ctx, fmt.Sprintf("%s/%04d", prefix, i), fmt.Sprint(i))
+		cancel()
+		if err != nil {
+			t.Fatalf("put %s/%04d: %v", prefix, i, err)
+		}
+		rev = resp.Header.Revision
+	}
+	return rev
+}
+
+func waitRev(t *testing.T, m *harness.Server, rev int64) {
+	t.Helper()
+	cli := memberClient(t, m)
+	poll.Until(t, fmt.Sprintf("%s to reach revision %d", m.Name(), rev), func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		resp, err := cli.Get(ctx, "nothing", clientv3.WithSerializable())
+		return err == nil && resp.Header.Revision >= rev
+	})
+}
+
+func TestClusterLifecycle(t *testing.T) {
+	b := needBins(t)
+	c := startCluster(t, targetBin(t, b), clusterFlags)
+	ctl := &harness.Ctl{Bin: b.Etcdctl, Endpoints: c.ClientURLs()}
+
+	// Static bootstrap: three started members, one leader.
+	r := ctl.Run("", "member", "list")
+	if r.Code != 0 || strings.Count(r.Stdout, ", started, ") != 3 {
+		t.Fatalf("member list:\n%s", r)
+	}
+	for _, cmd := range [][]string{{"endpoint", "health", "--cluster"}, {"endpoint", "status", "--cluster"}} {
+		if r := ctl.Run("", cmd...); r.Code != 0 {
+			t.Fatalf("%v:\n%s", cmd, r)
+		}
+	}
+
+	// A put on one member, read on the others (linearizable and, once
+	// applied, serializable).
+	m1 := &harness.Ctl{Bin: b.Etcdctl, Endpoints: []string{c.Members[0].ClientURL}}
+	if r := m1.Run("", "put", "k", "v1"); r.Code != 0 {
+		t.Fatalf("put:\n%s", r)
+	}
+	for _, m := range c.Members[1:] {
+		one := &harness.Ctl{Bin: b.Etcdctl, Endpoints: []string{m.ClientURL}}
+		if r := one.Run("", "get", "k", "--print-value-only"); r.Code != 0 || r.Stdout != "v1\n" {
+			t.Fatalf("linearizable get on %s:\n%s", m.Name(), r)
+		}
+		poll.Until(t, "a serializable read of k on "+m.Name(), func() bool {
+			r := one.Run("", "get", "k", "--print-value-only", "--consistency=s")
+			return r.Code == 0 && r.Stdout == "v1\n"
+		})
+	}
+
+	// SIGKILL the leader: the others elect a new one and writes continue
+	// through them.
+	old := clusterLeader(t, c)
+	if err := old.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	lead := clusterLeader(t, c)
+	if lead == old {
+		t.Fatal("the killed member is still the leader")
+	}
+	var survivor *harness.Server
+	for _, m := range c.Members {
+		if m != old && m != lead {
+			survivor = m
+		}
+	}
+	rev := putN(t, memberClient(t, survivor), "after-kill", 20)
+
+	// The killed member restarts and catches up from the leader's log.
+	if err := old.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitRev(t, old, rev)
+
+	// A member stopped while more than --snapshot-count entries are
+	// written catches up by snapshot.
+	lagging := survivor
+	if err := lagging.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	rev = putN(t, memberClient(t, lead), "while-stopped", 250)
+	if err := lagging.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitRev(t, lagging, rev)
+
+	// Every member holds the same data.
+	hr := ctl.Run("", "endpoint", "hashkv", "--cluster", "-w", "json")
+	if hr.Code != 0 {
+		t.Fatalf("hashkv:\n%s", hr)
+	}
+	hashes := regexpAll(`"hash":(\d+)`, hr.Stdout)
+	if len(hashes) != 3 || hashes[0] != hashes[1] || hashes[1] != hashes[2] {
+		t.Fatalf("hashkv differs between members:\n%s", hr.Stdout)
+	}
+}
+
+// TestClusterSnapshotCatchUpLogged checks what the operator sees when a
+// member catches up by snapshot: the leader logs the snapshot it sent (the
+// same line as etcd's) and the member the one it installed (etcd: "applied
+// snapshot").
+func TestClusterSnapshotCatchUpLogged(t *testing.T) {
+	b := needBins(t)
+	bin := targetBin(t, b)
+	installed := "restored the state from a leader's snapshot"
+	if bin == b.Etcd {
+		installed = "applied snapshot"
+	}
+	c := startCluster(t, bin, clusterFlags)
+	lead := clusterLeader(t, c)
+	var lagging *harness.Server
+	for _, m := range c.Members {
+		if m != lead {
+			lagging = m
+			break
+		}
+	}
+	if err := lagging.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	rev := putN(t, memberClient(t, lead), "k", 250)
+	if err := lagging.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitRev(t, lagging, rev)
+	if !harnessLogHas(lagging, installed) {
+		t.Fatalf("%s caught up without installing a snapshot; log:\n%s", lagging.Name(), lagging.LogTail(60))
+	}
+	if !harnessLogHas(lead, "sent database snapshot") {
+		t.Fatalf("the leader's log shows no snapshot sent:\n%s", lead.LogTail(60))
+	}
+}
+
+// TestClusterBootstrapRefusesBootstrappedMember: a member whose data dir
+// was lost, started again with --initial-cluster-state new while the
+// others run, is refused with etcd's message.
+func TestClusterBootstrapRefusesBootstrappedMember(t *testing.T) {
+	b := needBins(t)
+	c := startCluster(t, targetBin(t, b), clusterFlags)
+	m := c.Members[2]
+	if err := m.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := removeAll(m.DataDir); err != nil {
+		t.Fatal(err)
+	}
+	err := m.Start()
+	if err == nil {
+		t.Fatal("a member with a lost data dir bootstrapped again")
+	}
+	if !harnessLogHas(m, "has already been bootstrapped") {
+		t.Fatalf("no etcd refusal in the log:\n%s", m.LogTail(30))
+	}
+}
+
+func regexpAll(expr, s string) []string {
+	var out []string
+	for _, m := range regexp.MustCompile(expr).FindAllStringSubmatch(s, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+func harnessLogHas(m *harness.Server, text string) bool {
+	b, err := os.ReadFile(m.LogPath)
+	return err == nil && strings.Contains(string(b), text)
+}
+
+func removeAll(dir string) error { return os.RemoveAll(dir) }
