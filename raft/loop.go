@@ -55,6 +55,8 @@ func (n *Node) run() {
 			_ = n.rn.Step(m)
 		case r := <-n.reportc:
 			n.applyReport(r)
+		case to := <-n.transferc:
+			n.rn.TransferLeader(to)
 		case r := <-n.snapc:
 			n.stepReceived(r)
 		case <-n.readc:

@@ -155,6 +155,8 @@ type Node struct {
 	// reportc carries the transport's reports (ReportUnreachable,
 	// ReportSnapshot) to the raft goroutine, which alone owns the RawNode.
 	reportc chan report
+	// transferc carries TransferLeadership requests to the raft goroutine.
+	transferc chan uint64
 
 	appliedMu     sync.Mutex
 	appliedNotify chan struct{} // closed and replaced on every apply
@@ -238,6 +240,7 @@ func Start(cfg Config) (*Node, error) {
 		persistedNotify: make(chan struct{}),
 		leaderNotify:    make(chan struct{}),
 		reportc:         make(chan report, 256),
+		transferc:       make(chan uint64),
 		snapc:           make(chan received),
 	}
 	walOpts := cfg.WAL

@@ -1,6 +1,8 @@
 package raft
 
 import (
+	"context"
+
 	etcdraft "go.etcd.io/raft/v3"
 )
 
@@ -77,4 +79,20 @@ func (n *Node) publishLeader(lead uint64) bool {
 	close(n.leaderNotify)
 	n.leaderNotify = make(chan struct{})
 	return true
+}
+
+// TransferLeadership asks raft, on the leader, to hand leadership to
+// member to (etcd's MoveLeader): the leader brings it up to date and
+// tells it to campaign at once. It returns once raft has the request;
+// watch LeaderChanged for the outcome. A transfer raft cannot start (not
+// the leader, an unknown or learner target) changes nothing.
+func (n *Node) TransferLeadership(ctx context.Context, to uint64) error {
+	select {
+	case n.transferc <- to:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.done:
+		return n.stopErr()
+	}
 }

@@ -20,10 +20,13 @@ var (
 	errTimeout         = errors.New("server: request timed out")
 	errStopped         = errors.New("server: server stopped")
 	errCanceled        = errors.New("server: request canceled")
-	errRemoved         = errors.New("server: the member has been permanently removed from the cluster")
-	errNoLeader        = errors.New("server: no leader")
-	errNoSpace         = errors.New("server: database space exceeded")
-	errCorrupt         = errors.New("server: corrupt cluster")
+	// errLeaderTransferTimeout has etcd's text: etcd maps it to no gRPC
+	// error of its own, so clients see it as Unknown with this message.
+	errLeaderTransferTimeout = errors.New("etcdserver: request timed out, leader transfer took too long")
+	errRemoved               = errors.New("server: the member has been permanently removed from the cluster")
+	errNoLeader              = errors.New("server: no leader")
+	errNoSpace               = errors.New("server: database space exceeded")
+	errCorrupt               = errors.New("server: corrupt cluster")
 )
 
 // toGRPCError maps an internal error to the status etcd returns, so
@@ -58,6 +61,8 @@ func toGRPCError(err error) error {
 		return rpctypes.ErrGRPCCorrupt
 	case errors.Is(err, errTimeout):
 		return rpctypes.ErrGRPCTimeout
+	case errors.Is(err, errLeaderTransferTimeout):
+		return status.Error(codes.Unknown, errLeaderTransferTimeout.Error())
 	case errors.Is(err, errCanceled):
 		return rpctypes.ErrGRPCCanceled
 	case errors.Is(err, errStopped), errors.Is(err, raft.ErrStopped), errors.Is(err, mvcc.ErrBackendClosed):

@@ -174,9 +174,45 @@ func (m *maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequ
 	if t == nil || t.IsLearner {
 		return nil, rpctypes.ErrGRPCBadLeaderTransferee
 	}
-	if r.TargetID != s.id {
-		// Transfers between members arrive with the peer transport.
-		return nil, rpctypes.ErrGRPCBadLeaderTransferee
+	if err := s.moveLeader(ctx, r.TargetID); err != nil {
+		return nil, toGRPCError(err)
 	}
 	return &pb.MoveLeaderResponse{}, nil // no header, as etcd's
+}
+
+// moveLeader hands leadership to member to and waits until this member
+// sees it lead, or fails as etcd does when the transfer takes longer than
+// the request timeout.
+func (s *Server) moveLeader(ctx context.Context, to uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, s.requestTimeout())
+	defer cancel()
+	s.lg.Info("leadership transfer starting", "local-member-id", fmt.Sprintf("%x", s.id),
+		"current-leader-member-id", fmt.Sprintf("%x", s.id), "transferee-member-id", fmt.Sprintf("%x", to))
+	start := time.Now()
+	if err := s.node.TransferLeadership(ctx, to); err != nil {
+		return errLeaderTransferTimeout
+	}
+	for {
+		changed := s.node.LeaderChanged()
+		if s.node.Status().Leader == to {
+			break
+		}
+		select {
+		case <-changed:
+		case <-time.After(s.cfg.HeartbeatInterval()):
+			// raft gives up a transfer after an election timeout; ask
+			// again while there is time, as the target may have been
+			// catching up.
+			if s.node.IsLeader() {
+				_ = s.node.TransferLeadership(ctx, to)
+			}
+		case <-ctx.Done():
+			return errLeaderTransferTimeout
+		case <-s.stopping:
+			return errStopped
+		}
+	}
+	s.lg.Info("leadership transfer finished", "local-member-id", fmt.Sprintf("%x", s.id),
+		"old-leader-member-id", fmt.Sprintf("%x", s.id), "new-leader-member-id", fmt.Sprintf("%x", to), "took", time.Since(start).String())
+	return nil
 }

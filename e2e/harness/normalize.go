@@ -574,3 +574,14 @@ func (n *Normalizer) sweep(text string) string {
 	re := regexp.MustCompile(`\b(?:` + strings.Join(forms, "|") + `)\b`)
 	return re.ReplaceAllStringFunc(text, func(f string) string { return n.forms[f] })
 }
+
+// AssignIDs gives ids their placeholders in the order given (<idN>,
+// <idN+1>, ...), before any output is normalized. A cluster's member ids
+// hash its peer URLs, so which member's id comes first in an id-ordered
+// listing differs per run; assigning them in member-name order makes
+// "<id1>" mean the member named m1 on both sides.
+func (n *Normalizer) AssignIDs(ids ...uint64) {
+	for _, v := range ids {
+		n.id(v)
+	}
+}

@@ -1,0 +1,289 @@
+package e2e
+
+// The 3-member differential test: a 3-member etcd 3.7.3 (side A) and a
+// 3-member $STRATA_E2E_TARGET (side B), started with the same static
+// bootstrap flags, answer the same etcdctl commands; the normalized
+// transcripts must be identical. Each member's URLs are masked by member
+// name (<client1>, <peer2>, ...) and the member ids are numbered in
+// member-name order (<id1> is m1 on both sides), so the comparison still
+// checks that every row names the right member.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/strata-db/strata/e2e/harness"
+	"github.com/strata-db/strata/internal/poll"
+)
+
+// cstep is one step of a cluster scenario: an etcdctl command against
+// one member (on: 1..3) or all of them (on: 0), or a custom action.
+type cstep struct {
+	name string
+	on   int
+	args []string
+	// rows sorts the lines of the output: for commands that print one
+	// line per member in the order of the member ids (which hash the
+	// random ports), or in the order the answers arrived.
+	rows bool
+	// json sorts a JSON array answer by its "endpoint" (or "Endpoint")
+	// field: etcdctl prints the endpoints in the order they answered.
+	json bool
+	// run is a custom action, recorded like a command.
+	run  func(t *testing.T, cs *clusterSide) harness.Result
+	show string
+}
+
+type clusterSide struct {
+	*side
+	c   *harness.Cluster
+	ids []uint64 // member ids, in member order
+}
+
+func (cs *clusterSide) ctlOn(on int) *harness.Ctl {
+	if on == 0 {
+		return &harness.Ctl{Bin: cs.bins.Etcdctl, Endpoints: cs.c.ClientURLs()}
+	}
+	return &harness.Ctl{Bin: cs.bins.Etcdctl, Endpoints: []string{cs.c.Members[on-1].ClientURL}}
+}
+
+func startClusterSide(t *testing.T, label, bin string, b *harness.Bins, flags []string) *clusterSide {
+	dir := filepath.Join(t.TempDir(), label)
+	c, err := harness.NewCluster(bin, dir, 3, flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := &clusterSide{side: &side{label: label, bins: b, dir: dir, norm: harness.NewNormalizer(),
+		vars: map[string]string{}, bg: map[string]*harness.Proc{}, bgCmd: map[string]string{}}, c: c}
+	cs.norm.Literal(dir, "<dir>")
+	return cs
+}
+
+// started masks the members' addresses and numbers their ids by name.
+func (cs *clusterSide) started(t *testing.T) {
+	cs.srv = cs.c.Members[0]
+	for i, m := range cs.c.Members {
+		n := i + 1
+		cs.norm.Literal(m.ClientURL, fmt.Sprintf("<client%d>", n))
+		cs.norm.Literal(m.PeerURL, fmt.Sprintf("<peer%d>", n))
+		cs.norm.Literal(m.MetricsURL, fmt.Sprintf("<metrics%d>", n))
+		cs.norm.Literal(m.ClientAddr, fmt.Sprintf("<client-addr%d>", n))
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cs.c.ClientURLs(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), poll.Deadline)
+	defer cancel()
+	ml, err := cli.MemberList(ctx)
+	if err != nil {
+		t.Fatalf("%s: member list: %v", cs.label, err)
+	}
+	byName := map[string]uint64{}
+	for _, m := range ml.Members {
+		byName[m.Name] = m.ID
+	}
+	var ids []uint64
+	for _, m := range cs.c.Members {
+		id, ok := byName[m.Name()]
+		if !ok {
+			t.Fatalf("%s: member %s not in the member list %v", cs.label, m.Name(), ml.Members)
+		}
+		ids = append(ids, id)
+	}
+	cs.norm.AssignIDs(append(ids, ml.Header.ClusterId)...)
+	cs.ids = ids
+	for i, id := range ids {
+		cs.vars[fmt.Sprintf("id%d", i+1)] = fmt.Sprintf("%x", id)
+	}
+}
+
+func (cs *clusterSide) exec(t *testing.T, st cstep) string {
+	var r harness.Result
+	show := st.show
+	if st.run != nil {
+		r = st.run(t, cs)
+	} else {
+		args := make([]string, len(st.args))
+		for i, a := range st.args {
+			args[i] = cs.expand(a)
+		}
+		r = cs.ctlOn(st.on).Run("", args...)
+		where := "all"
+		if st.on > 0 {
+			where = fmt.Sprintf("m%d", st.on)
+		}
+		show = fmt.Sprintf("etcdctl [%s] %s", where, shellJoin(st.args))
+	}
+	// Sorted by member: the client URLs are masked first (by member
+	// name), as the raw ports sort differently on each side.
+	if st.rows {
+		r.Stdout = sortLines(cs.maskClients(r.Stdout))
+		r.Stderr = sortLines(cs.maskClients(r.Stderr))
+	}
+	if st.json {
+		r.Stdout = sortJSONByEndpoint(t, cs.maskClients(r.Stdout))
+	}
+	return cs.record(step{name: st.name}, show, r, true)
+}
+
+// maskClients replaces each member's client URL by its placeholder.
+func (cs *clusterSide) maskClients(s string) string {
+	for i, m := range cs.c.Members {
+		s = strings.ReplaceAll(s, m.ClientURL, fmt.Sprintf("<client%d>", i+1))
+	}
+	return s
+}
+
+func sortJSONByEndpoint(t *testing.T, s string) string {
+	var rows []map[string]any
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber() // ids do not fit a float64
+	if err := dec.Decode(&rows); err != nil {
+		return s // recorded as it is; the diff shows it
+	}
+	key := func(r map[string]any) string { return fmt.Sprint(r["endpoint"], r["Endpoint"]) }
+	sort.SliceStable(rows, func(i, j int) bool { return key(rows[i]) < key(rows[j]) })
+	b, err := json.Marshal(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b) + "\n"
+}
+
+// leaderOn makes member n the leader (moving leadership there if
+// another member leads) and waits until every member agrees, so the
+// leader columns of later steps are deterministic.
+func leaderOn(n int) func(t *testing.T, cs *clusterSide) harness.Result {
+	return func(t *testing.T, cs *clusterSide) harness.Result {
+		want := cs.ids[n-1]
+		lead := clusterLeader(t, cs.c)
+		if lead != cs.c.Members[n-1] {
+			cli := memberClient(t, lead)
+			ctx, cancel := context.WithTimeout(context.Background(), poll.Deadline)
+			_, err := cli.MoveLeader(ctx, want)
+			cancel()
+			if err != nil {
+				t.Fatalf("%s: move leader to m%d: %v", cs.label, n, err)
+			}
+		}
+		if lead := clusterLeader(t, cs.c); lead != cs.c.Members[n-1] {
+			t.Fatalf("%s: m%d does not lead after the move (%s does)", cs.label, n, lead.Name())
+		}
+		return harness.Result{Stdout: fmt.Sprintf("m%d leads\n", n)}
+	}
+}
+
+func sortLines(s string) string {
+	if s == "" {
+		return s
+	}
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	sort.Strings(l)
+	return strings.Join(l, "\n") + "\n"
+}
+
+// runClusterDiff starts both clusters, runs every step on A then on B,
+// and reports each step whose normalized records differ.
+func runClusterDiff(t *testing.T, name string, flags []string, steps []cstep) {
+	b := needBins(t)
+	sides := []*clusterSide{
+		startClusterSide(t, "A", b.Etcd, b, flags),
+		startClusterSide(t, "B", targetBin(t, b), b, flags),
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, cs := range sides {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = cs.c.Start()
+		}()
+	}
+	wg.Wait()
+	for i, cs := range sides {
+		t.Cleanup(func() {
+			if err := cs.c.Stop(); err != nil {
+				t.Logf("%s: stop: %v", cs.label, err)
+			}
+		})
+		if errs[i] != nil {
+			t.Fatalf("side %s: %v", cs.label, errs[i])
+		}
+	}
+	for _, cs := range sides {
+		cs.started(t)
+	}
+	mismatches := 0
+	for _, st := range steps {
+		ra := sides[0].exec(t, st)
+		rb := sides[1].exec(t, st)
+		if ra != rb {
+			mismatches++
+			t.Errorf("step %q differs (A=%s, B=%s):\n%s", st.name, b.Etcd, sides[1].c.Members[0].Bin(), harness.UnifiedDiff("A", "B", ra, rb))
+		}
+	}
+	if mismatches > 0 || testing.Verbose() {
+		t.Logf("A transcript:\n%s", sides[0].out.String())
+		for _, cs := range sides {
+			for _, m := range cs.c.Members {
+				t.Logf("%s %s log: %s", cs.label, m.Name(), m.LogPath)
+			}
+		}
+	}
+	t.Logf("%s: %d steps, %d mismatches", name, len(steps), mismatches)
+}
+
+// waitApplied waits until every member serves revision rev locally, so a
+// serializable read on any of them is deterministic.
+func waitAppliedAll(t *testing.T, cs *clusterSide, rev int64) {
+	for _, m := range cs.c.Members {
+		waitRev(t, m, rev)
+	}
+}
+
+func TestClusterDiff(t *testing.T) {
+	steps := []cstep{
+		{name: "member list", on: 0, args: []string{"member", "list"}},
+		{name: "member list (table)", on: 0, args: []string{"member", "list", "-w", "table"}},
+		{name: "member list (json)", on: 1, args: []string{"member", "list", "-w", "json"}},
+		{name: "put on m1", on: 1, args: []string{"put", "k1", "v1"}},
+		{name: "linearizable get on m2", on: 2, args: []string{"get", "k1", "-w", "json"}},
+		{name: "linearizable get on m3", on: 3, args: []string{"get", "k1"}},
+		{name: "all members applied the put", run: func(t *testing.T, cs *clusterSide) harness.Result {
+			waitAppliedAll(t, cs, 2)
+			return harness.Result{Stdout: "ok\n"}
+		}, show: "wait until every member applied revision 2"},
+		{name: "serializable get on m2", on: 2, args: []string{"get", "k1", "--consistency=s"}},
+		{name: "serializable get on m3", on: 3, args: []string{"get", "k1", "--consistency=s", "-w", "json"}},
+		{name: "put on m3", on: 3, args: []string{"put", "k2", "v2"}},
+		{name: "get prefix on m1", on: 1, args: []string{"get", "k", "--prefix"}},
+		{name: "endpoint health --cluster", on: 0, args: []string{"endpoint", "health", "--cluster"}, rows: true},
+		{name: "endpoint health --cluster (json)", on: 0, args: []string{"endpoint", "health", "--cluster", "-w", "json"}, json: true},
+		{name: "m1 leads", run: leaderOn(1), show: "make m1 the leader"},
+		{name: "move-leader to m2 through m1", on: 1, args: []string{"move-leader", "${id2}"}},
+		{name: "move-leader on a follower", on: 3, args: []string{"move-leader", "${id1}"}},
+		{name: "m2 leads", run: leaderOn(2), show: "check m2 leads"},
+		{name: "endpoint status --cluster", on: 0, args: []string{"endpoint", "status", "--cluster"}, rows: true},
+		{name: "endpoint status --cluster (table)", on: 0, args: []string{"endpoint", "status", "--cluster", "-w", "table"}, rows: true},
+		{name: "endpoint status --cluster (json)", on: 0, args: []string{"endpoint", "status", "--cluster", "-w", "json"}, json: true},
+		{name: "all members applied the puts", run: func(t *testing.T, cs *clusterSide) harness.Result {
+			waitAppliedAll(t, cs, 3)
+			return harness.Result{Stdout: "ok\n"}
+		}, show: "wait until every member applied revision 3"},
+		{name: "endpoint hashkv --cluster", on: 0, args: []string{"endpoint", "hashkv", "--cluster"}, rows: true},
+		{name: "endpoint hashkv --cluster (table)", on: 0, args: []string{"endpoint", "hashkv", "--cluster", "-w", "table"}, rows: true},
+	}
+	runClusterDiff(t, "cluster", []string{"--heartbeat-interval=50", "--election-timeout=500"}, steps)
+}
