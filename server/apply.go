@@ -155,4 +155,3 @@ func (a *applier) Image() (raft.Image, error) { return a.s.be.Image() }
 
 // CheckImage validates a received page-store image.
 func (a *applier) CheckImage(path string) (uint64, error) { return mvcc.ImageIndex(path) }
-
