@@ -287,3 +287,79 @@ func TestClusterDiff(t *testing.T) {
 	}
 	runClusterDiff(t, "cluster", []string{"--heartbeat-interval=50", "--election-timeout=500"}, steps)
 }
+
+// stopMembers stops members ns and waits until the running ones know no
+// leader (a lone member steps down once it loses its quorum).
+func stopMembers(ns ...int) func(t *testing.T, cs *clusterSide) harness.Result {
+	return func(t *testing.T, cs *clusterSide) harness.Result {
+		var names []string
+		for _, n := range ns {
+			m := cs.c.Members[n-1]
+			if err := m.Stop(); err != nil {
+				t.Fatalf("%s: stop %s: %v", cs.label, m.Name(), err)
+			}
+			names = append(names, m.Name())
+		}
+		for _, m := range cs.c.Members {
+			if !m.Running() {
+				continue
+			}
+			cli := memberClient(t, m)
+			poll.Until(t, m.Name()+" to know no leader", func() bool {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				st, err := cli.Status(ctx, m.ClientURL)
+				return err == nil && st.Leader == 0
+			})
+		}
+		return harness.Result{Stdout: fmt.Sprintf("stopped %s; no leader\n", strings.Join(names, ", "))}
+	}
+}
+
+// startMembers starts members ns again and waits for a leader.
+func startMembers(ns ...int) func(t *testing.T, cs *clusterSide) harness.Result {
+	return func(t *testing.T, cs *clusterSide) harness.Result {
+		var wg sync.WaitGroup
+		errs := make([]error, len(ns))
+		for i, n := range ns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = cs.c.Members[n-1].Start()
+			}()
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatalf("%s: %v", cs.label, err)
+			}
+		}
+		clusterLeader(t, cs.c)
+		return harness.Result{Stdout: "started; a leader\n"}
+	}
+}
+
+// TestClusterDiffQuorumLoss: with two of three members down, the survivor
+// refuses writes and linearizable reads as etcd does, still serves
+// serializable reads, reports itself unhealthy, and all of it recovers
+// when the quorum returns.
+func TestClusterDiffQuorumLoss(t *testing.T) {
+	steps := []cstep{
+		{name: "put", on: 1, args: []string{"put", "k", "v1"}},
+		{name: "all members applied the put", run: func(t *testing.T, cs *clusterSide) harness.Result {
+			waitAppliedAll(t, cs, 2)
+			return harness.Result{Stdout: "ok\n"}
+		}, show: "wait until every member applied revision 2"},
+		{name: "stop m2 and m3", run: stopMembers(2, 3), show: "stop m2, m3"},
+		{name: "put without quorum", on: 1, args: []string{"put", "k", "v2"}},
+		{name: "linearizable get without quorum", on: 1, args: []string{"get", "k"}},
+		{name: "serializable get without quorum", on: 1, args: []string{"get", "k", "--consistency=s"}},
+		{name: "endpoint health without quorum", on: 1, args: []string{"endpoint", "health"}},
+		{name: "endpoint status without quorum", on: 1, args: []string{"endpoint", "status"}},
+		{name: "start m2 and m3", run: startMembers(2, 3), show: "start m2, m3"},
+		{name: "put after recovery", on: 1, args: []string{"put", "k", "v3"}},
+		{name: "get after recovery", on: 1, args: []string{"get", "k"}},
+		{name: "endpoint health after recovery", on: 0, args: []string{"endpoint", "health", "--cluster"}, rows: true},
+	}
+	runClusterDiff(t, "quorum-loss", []string{"--heartbeat-interval=50", "--election-timeout=500"}, steps)
+}

@@ -14,7 +14,9 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/strata-db/strata/internal/poll"
 	"github.com/strata-db/strata/server/config"
@@ -388,13 +390,40 @@ func TestClusterQuorumLoss(t *testing.T) {
 	poll.Until(t, "the lone member to step down", func() bool { return survivor.s.node.Status().Leader == 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), poll.Deadline)
 	defer cancel()
+	// As etcd: a write waits for a leader until the request times out
+	// (with the context's error), a linearizable read until its read
+	// index times out.
 	_, err := survivor.kv.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("w")})
-	wantErr(t, err, rpctypes.ErrGRPCNoLeader)
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("put without quorum: %v, want DeadlineExceeded", err)
+	}
 	_, err = survivor.kv.Range(ctx, &pb.RangeRequest{Key: []byte("k")})
-	wantErr(t, err, rpctypes.ErrGRPCNoLeader)
+	wantErr(t, err, rpctypes.ErrGRPCTimeout)
+	st, err := survivor.maint.Status(ctx, &pb.StatusRequest{})
+	if err != nil || len(st.Errors) != 1 || st.Errors[0] != "etcdserver: no leader" {
+		t.Fatalf("status without quorum: %v, %v; want the error etcdserver: no leader", st, err)
+	}
 	// Serializable reads are still served.
 	if got := getValue(t, survivor, "k", true); got != "v" {
 		t.Fatalf("serializable read without quorum: %q, want v", got)
+	}
+	// A write sent while there is no quorum succeeds once the quorum
+	// returns in time.
+	done := make(chan error, 1)
+	go func() {
+		_, err := survivor.kv.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("w")})
+		done <- err
+	}()
+	for _, m := range c.members {
+		if m.stopped {
+			c.start(m)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("a put waiting for a leader when the quorum returned: %v", err)
+	}
+	if got := getValue(t, survivor, "k", false); got != "w" {
+		t.Fatalf("after recovery: %q, want w", got)
 	}
 }
 

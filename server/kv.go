@@ -44,9 +44,21 @@ func (s *Server) fill(h *pb.ResponseHeader) {
 func (s *Server) linearizableRead(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.requestTimeout())
 	defer cancel()
-	idx, err := s.node.ReadIndex(ctx)
-	if err != nil {
-		return readErr(ctx, err)
+	var idx uint64
+	for {
+		var err error
+		idx, err = s.node.ReadIndex(ctx)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, raft.ErrNoLeader) {
+			return readErr(ctx, err)
+		}
+		// As etcd's read loop, keep asking until there is a leader to
+		// confirm the read index, or the request times out.
+		if err := s.waitToPropose(ctx); err != nil {
+			return readErr(ctx, err)
+		}
 	}
 	if err := s.node.WaitApplied(ctx, idx); err != nil {
 		return readErr(ctx, err)
@@ -94,7 +106,6 @@ func (s *Server) proposeAs(ctx context.Context, req *pb.InternalRaftRequest, ai 
 	if len(data) > int(s.cfg.MaxRequestBytes) {
 		return applyResult{}, errRequestTooLarge
 	}
-	ch := s.wait.register(id)
 	ctx, cancel := context.WithTimeout(ctx, s.requestTimeout())
 	defer cancel()
 	s.metrics.proposalsPending.Inc()
@@ -105,29 +116,70 @@ func (s *Server) proposeAs(ctx context.Context, req *pb.InternalRaftRequest, ai 
 		}
 		s.wait.trigger(id, applyResult{err: err, dropped: true})
 	}
-	if err := s.node.ProposeAsync(ctx, data, drop); err != nil {
-		s.wait.cancel(id)
-		s.metrics.proposalsFailed.Inc()
-		return applyResult{}, readErr(ctx, err)
-	}
-	proposed = true
-	select {
-	case r := <-ch:
-		if r.dropped {
+	for {
+		ch := s.wait.register(id)
+		if err := s.node.ProposeAsync(ctx, data, drop); err != nil {
+			s.wait.cancel(id)
+			s.metrics.proposalsFailed.Inc()
+			return applyResult{}, readErr(ctx, err)
+		}
+		proposed = true
+		select {
+		case r := <-ch:
+			if !r.dropped {
+				return r, nil
+			}
+			if errors.Is(r.err, errNoLeader) {
+				// Raft takes no proposal while it knows no leader (or
+				// while its leadership is being transferred); etcd's
+				// proposal then waits until there is one, or until the
+				// request times out with the context's error.
+				if err := s.waitToPropose(ctx); err == nil {
+					continue
+				} else {
+					s.metrics.proposalsFailed.Inc()
+					return applyResult{}, err
+				}
+			}
 			s.metrics.proposalsFailed.Inc()
 			return applyResult{}, r.err
+		case <-ctx.Done():
+			s.wait.cancel(id)
+			s.metrics.proposalsFailed.Inc()
+			if ctx.Err() == context.DeadlineExceeded {
+				return applyResult{}, errTimeout
+			}
+			return applyResult{}, ctx.Err()
+		case <-s.stopping:
+			return applyResult{}, errStopped
 		}
-		return r, nil
-	case <-ctx.Done():
-		s.wait.cancel(id)
-		s.metrics.proposalsFailed.Inc()
-		if ctx.Err() == context.DeadlineExceeded {
-			return applyResult{}, errTimeout
-		}
-		return applyResult{}, ctx.Err()
-	case <-s.stopping:
-		return applyResult{}, errStopped
 	}
+}
+
+// waitToPropose waits, after raft dropped a proposal, until proposing
+// again may succeed: until a leader is known, or, when one is (it is
+// transferring its leadership), for the next leader change or a
+// heartbeat interval. It returns the context's error when the request's
+// time is up.
+func (s *Server) waitToPropose(ctx context.Context) error {
+	changed := s.node.LeaderChanged()
+	var retry <-chan time.Time
+	if s.node.Status().Leader != 0 {
+		t := time.NewTimer(s.cfg.HeartbeatInterval())
+		defer t.Stop()
+		retry = t.C
+	}
+	select {
+	case <-changed:
+	case <-retry:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.stopping:
+		return errStopped
+	case <-s.node.Done():
+		return errStopped
+	}
+	return nil
 }
 
 func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {

@@ -7,6 +7,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/status"
 )
 
 // maintenanceServer serves the Maintenance service.
@@ -44,6 +45,10 @@ func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 	}
 	if m := s.members.Get(s.id); m != nil {
 		resp.IsLearner = m.IsLearner
+	}
+	if st.Leader == 0 {
+		// etcd's ErrNoLeader text, "etcdserver: no leader".
+		resp.Errors = append(resp.Errors, status.Convert(rpctypes.ErrGRPCNoLeader).Message())
 	}
 	for _, a := range s.alarms.list() {
 		resp.Errors = append(resp.Errors, fmt.Sprintf("memberID:%d alarm:%s", a.MemberID, a.Alarm))

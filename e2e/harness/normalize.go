@@ -61,6 +61,11 @@ import (
 //   - The same fields are masked in -w fields output ("RaftTerm" : 2).
 //   - Tables are re-rendered without padding (| a | b |), since column
 //     widths follow the masked cells' original lengths.
+//   - A client-side deadline reported as "stream terminated by
+//     RST_STREAM with error code: CANCEL" (code DeadlineExceeded) ->
+//     "context deadline exceeded": which of the two gRPC's client prints
+//     depends on whether its deadline timer or the stream reset it sent
+//     is seen first, for the same request timing out.
 //   - Any other loopback host:port -> <addr>: ephemeral client ports.
 type Normalizer struct {
 	literals []literal
@@ -133,6 +138,8 @@ type IDRule = *regexp.Regexp
 
 // Normalize rewrites one output (stdout or stderr of one command).
 func (n *Normalizer) Normalize(text string, extra ...IDRule) string {
+	text = strings.ReplaceAll(text, "code = DeadlineExceeded desc = stream terminated by RST_STREAM with error code: CANCEL",
+		"code = DeadlineExceeded desc = context deadline exceeded")
 	for _, l := range n.literals {
 		text = strings.ReplaceAll(text, l.old, l.new)
 	}
