@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -284,8 +285,23 @@ func TestClusterDiff(t *testing.T) {
 		}, show: "wait until every member applied revision 3"},
 		{name: "endpoint hashkv --cluster", on: 0, args: []string{"endpoint", "hashkv", "--cluster"}, rows: true},
 		{name: "endpoint hashkv --cluster (table)", on: 0, args: []string{"endpoint", "hashkv", "--cluster", "-w", "table"}, rows: true},
+		{name: "a watch on a follower sees a put on the leader", run: watchFollower(3, 2, "w1"), show: "etcdctl [m3] watch w1 --rev=<next> & etcdctl [m2] put w1 from-m2"},
+		{name: "a lease granted on a follower expires on the leader's clock", run: leaseExpiresOnLeader(3, 1),
+			show: "etcdctl [m3] lease grant 2; put leased --lease; [m1] timetolive --keys; wait; [m1] get leased; [m3] timetolive"},
+		{name: "SIGKILL the leader", run: killLeader(2), show: "kill -9 m2"},
+		{name: "put on a survivor", on: 3, args: []string{"put", "after-kill", "1"}},
+		{name: "linearizable get on the other survivor", on: 1, args: []string{"get", "after-kill"}},
+		{name: "the killed member restarts and catches up", run: restartCaughtUp(2), show: "start m2; wait for it to catch up"},
+		{name: "serializable get on the restarted member", on: 2, args: []string{"get", "after-kill", "--consistency=s"}},
+		{name: "a member stopped past --snapshot-count catches up", run: writeWhileStopped(3, 1, 250),
+			show: "stop m3; 250 puts through m1; start m3; wait for it to catch up"},
+		{name: "count on the caught-up member", on: 3, args: []string{"get", "bulk/", "--prefix", "--count-only", "--consistency=s", "-w", "json"}},
+		{name: "m1 leads again", run: leaderOn(1), show: "make m1 the leader"},
+		{name: "endpoint status --cluster at the end", on: 0, args: []string{"endpoint", "status", "--cluster"}, rows: true},
+		{name: "endpoint hashkv --cluster at the end", on: 0, args: []string{"endpoint", "hashkv", "--cluster"}, rows: true},
 	}
-	runClusterDiff(t, "cluster", []string{"--heartbeat-interval=50", "--election-timeout=500"}, steps)
+	runClusterDiff(t, "cluster", []string{"--heartbeat-interval=50", "--election-timeout=500",
+		"--snapshot-count=100", "--snapshot-catchup-entries=20"}, steps)
 }
 
 // stopMembers stops members ns and waits until the running ones know no
@@ -362,4 +378,122 @@ func TestClusterDiffQuorumLoss(t *testing.T) {
 		{name: "endpoint health after recovery", on: 0, args: []string{"endpoint", "health", "--cluster"}, rows: true},
 	}
 	runClusterDiff(t, "quorum-loss", []string{"--heartbeat-interval=50", "--election-timeout=500"}, steps)
+}
+
+// watchFollower starts a watch on member on (from the next revision, so
+// the result does not depend on when the watch registers), puts key on
+// member from, and records what the watch printed.
+func watchFollower(on, from int, key string) func(t *testing.T, cs *clusterSide) harness.Result {
+	return func(t *testing.T, cs *clusterSide) harness.Result {
+		cli := memberClient(t, cs.c.Members[on-1])
+		ctx, cancel := context.WithTimeout(context.Background(), poll.Deadline)
+		defer cancel()
+		resp, err := cli.Get(ctx, key)
+		if err != nil {
+			t.Fatalf("%s: %v", cs.label, err)
+		}
+		p, err := cs.ctlOn(on).Start("", "watch", key, fmt.Sprintf("--rev=%d", resp.Header.Revision+1))
+		if err != nil {
+			t.Fatalf("%s: %v", cs.label, err)
+		}
+		put := cs.ctlOn(from).Run("", "put", key, "from-m"+fmt.Sprint(from))
+		if put.Code != 0 {
+			t.Fatalf("%s: put: %s", cs.label, put)
+		}
+		if !p.WaitOutput(func(out string) bool { return strings.Contains(out, "from-m") }, poll.Deadline) {
+			t.Errorf("%s: the watch on m%d saw nothing", cs.label, on)
+		}
+		r := p.Stop(3 * time.Second)
+		r.Code, r.Signal = 0, ""
+		return r
+	}
+}
+
+// leaseExpiresOnLeader grants a 2 s lease on member on (a follower),
+// attaches a key to it, asks another follower for its time to live, and
+// waits for the leader's clock to expire it.
+func leaseExpiresOnLeader(on, other int) func(t *testing.T, cs *clusterSide) harness.Result {
+	return func(t *testing.T, cs *clusterSide) harness.Result {
+		var out harness.Result
+		add := func(r harness.Result) {
+			out.Stdout += r.Stdout
+			out.Stderr += r.Stderr
+			if r.Code != 0 {
+				out.Code = r.Code
+			}
+		}
+		g := cs.ctlOn(on).Run("", "lease", "grant", "2")
+		add(g)
+		m := regexp.MustCompile(`lease ([0-9a-f]+) granted`).FindStringSubmatch(g.Stdout)
+		if m == nil {
+			t.Errorf("%s: lease grant: %s", cs.label, g)
+			return out
+		}
+		add(cs.ctlOn(on).Run("", "put", "leased", "v", "--lease="+m[1]))
+		add(cs.ctlOn(other).Run("", "lease", "timetolive", m[1], "--keys"))
+		poll.Until(t, "the leased key to expire", func() bool {
+			r := cs.ctlOn(other).Run("", "get", "leased", "--print-value-only")
+			return r.Code == 0 && r.Stdout == ""
+		})
+		add(cs.ctlOn(other).Run("", "get", "leased"))
+		add(cs.ctlOn(on).Run("", "lease", "timetolive", m[1]))
+		return out
+	}
+}
+
+// killLeader SIGKILLs member n, the leader, and waits until the others
+// agree on a new one.
+func killLeader(n int) func(t *testing.T, cs *clusterSide) harness.Result {
+	return func(t *testing.T, cs *clusterSide) harness.Result {
+		m := cs.c.Members[n-1]
+		if lead := clusterLeader(t, cs.c); lead != m {
+			t.Fatalf("%s: m%d is not the leader (%s is)", cs.label, n, lead.Name())
+		}
+		if err := m.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if lead := clusterLeader(t, cs.c); lead == m {
+			t.Fatalf("%s: the killed member still leads", cs.label)
+		}
+		return harness.Result{Stdout: fmt.Sprintf("killed m%d; a new leader\n", n)}
+	}
+}
+
+// restartCaughtUp starts member n again and waits until it has applied
+// what the leader has.
+func restartCaughtUp(n int) func(t *testing.T, cs *clusterSide) harness.Result {
+	return func(t *testing.T, cs *clusterSide) harness.Result {
+		m := cs.c.Members[n-1]
+		if err := m.Start(); err != nil {
+			t.Fatalf("%s: %v", cs.label, err)
+		}
+		lead := clusterLeader(t, cs.c)
+		ctx, cancel := context.WithTimeout(context.Background(), poll.Deadline)
+		defer cancel()
+		resp, err := memberClient(t, lead).Get(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitRev(t, m, resp.Header.Revision)
+		return harness.Result{Stdout: fmt.Sprintf("m%d restarted and caught up\n", n)}
+	}
+}
+
+// writeWhileStopped stops member n, writes count keys through member via,
+// so the leader's log moves past --snapshot-count, and restarts n, which
+// must catch up (by snapshot).
+func writeWhileStopped(n, via, count int) func(t *testing.T, cs *clusterSide) harness.Result {
+	return func(t *testing.T, cs *clusterSide) harness.Result {
+		m := cs.c.Members[n-1]
+		if err := m.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: writing while m%d is stopped", cs.label, n)
+		rev := putN(t, memberClient(t, cs.c.Members[via-1]), "bulk", count)
+		if err := m.Start(); err != nil {
+			t.Fatalf("%s: %v", cs.label, err)
+		}
+		waitRev(t, m, rev)
+		return harness.Result{Stdout: fmt.Sprintf("m%d stopped, %d puts through m%d, m%d restarted and caught up\n", n, count, via, n)}
+	}
 }

@@ -146,6 +146,7 @@ type Node struct {
 	lead          atomic.Uint64
 	confState     atomic.Pointer[raftpb.ConfState]
 	leaderChanges atomic.Uint64
+	leaderElected atomic.Int64 // unix nanos of the last change to a leader
 
 	// leaderMu guards leaderNotify, which the raft goroutine closes and
 	// replaces each time the leader it knows changes (LeaderChanged).

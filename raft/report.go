@@ -2,6 +2,7 @@ package raft
 
 import (
 	"context"
+	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
 )
@@ -76,6 +77,9 @@ func (n *Node) publishLeader(lead uint64) bool {
 		return false
 	}
 	n.leaderChanges.Add(1)
+	if lead != 0 {
+		n.leaderElected.Store(time.Now().UnixNano())
+	}
 	close(n.leaderNotify)
 	n.leaderNotify = make(chan struct{})
 	return true
@@ -95,4 +99,14 @@ func (n *Node) TransferLeadership(ctx context.Context, to uint64) error {
 	case <-n.done:
 		return n.stopErr()
 	}
+}
+
+// LeaderElected is when this member last learned of a new leader (the
+// zero time before it knew any), for telling a request that timed out
+// because its leader failed from one that did not.
+func (n *Node) LeaderElected() time.Time {
+	if ns := n.leaderElected.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }

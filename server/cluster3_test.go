@@ -488,3 +488,50 @@ func TestClusterSnapshotCatchUp(t *testing.T) {
 		t.Fatalf("HashKV: leader %d, restored member %d", a, b)
 	}
 }
+
+// A leader that stops gracefully hands its leadership to another member
+// first, as etcd's does: when Stop returns, the others already follow a
+// new leader (no election timeout to wait out, no proposal forwarded to a
+// member that is gone), and a write through a follower goes through.
+func TestClusterLeaderHandsOffOnStop(t *testing.T) {
+	c := newTestCluster(t, 3)
+	old := c.leader()
+	mustPut(t, old, "k", "v")
+	c.stop(old)
+	for _, m := range c.members {
+		if m == old {
+			continue
+		}
+		if l := m.s.node.Status().Leader; l == 0 || l == old.s.id {
+			t.Fatalf("right after the leader stopped, %s follows %x (the old leader is %x)", m.name, l, old.s.id)
+		}
+	}
+	if !strings.Contains(old.logText(), "leadership transfer finished") {
+		t.Fatalf("the stopping leader did not log its transfer:\n%s", old.logText())
+	}
+	mustPut(t, c.followers()[0], "k", "w")
+}
+
+// MoveLeader hands leadership to the member named; on a follower it is
+// refused with etcd's error.
+func TestClusterMoveLeader(t *testing.T) {
+	c := newTestCluster(t, 3)
+	lead := c.leader()
+	to := c.followers()[0]
+	if _, err := to.maint.MoveLeader(ctxT(t), &pb.MoveLeaderRequest{TargetID: lead.s.id}); err == nil {
+		t.Fatal("MoveLeader on a follower succeeded")
+	} else {
+		wantErr(t, err, rpctypes.ErrGRPCNotLeader)
+	}
+	if _, err := lead.maint.MoveLeader(ctxT(t), &pb.MoveLeaderRequest{TargetID: to.s.id}); err != nil {
+		t.Fatal(err)
+	}
+	if l := c.leader(); l != to {
+		t.Fatalf("%s leads after moving the leadership to %s", l.name, to.name)
+	}
+	if _, err := to.maint.MoveLeader(ctxT(t), &pb.MoveLeaderRequest{TargetID: 12345}); err == nil {
+		t.Fatal("MoveLeader to an unknown member succeeded")
+	} else {
+		wantErr(t, err, rpctypes.ErrGRPCBadLeaderTransferee)
+	}
+}

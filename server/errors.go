@@ -18,8 +18,12 @@ import (
 var (
 	errRequestTooLarge = errors.New("server: request is too large")
 	errTimeout         = errors.New("server: request timed out")
-	errStopped         = errors.New("server: server stopped")
-	errCanceled        = errors.New("server: request canceled")
+	// errTimeoutLeaderFail and errTimeoutConnectionLost are etcd's
+	// readings of a proposal timeout (see proposalTimeoutErr).
+	errTimeoutLeaderFail     = errors.New("server: request timed out, possibly due to previous leader failure")
+	errTimeoutConnectionLost = errors.New("server: request timed out, possibly due to connection lost")
+	errStopped               = errors.New("server: server stopped")
+	errCanceled              = errors.New("server: request canceled")
 	// errLeaderTransferTimeout has etcd's text: etcd maps it to no gRPC
 	// error of its own, so clients see it as Unknown with this message.
 	errLeaderTransferTimeout = errors.New("etcdserver: request timed out, leader transfer took too long")
@@ -61,6 +65,10 @@ func toGRPCError(err error) error {
 		return rpctypes.ErrGRPCCorrupt
 	case errors.Is(err, errTimeout):
 		return rpctypes.ErrGRPCTimeout
+	case errors.Is(err, errTimeoutLeaderFail):
+		return rpctypes.ErrGRPCTimeoutDueToLeaderFail
+	case errors.Is(err, errTimeoutConnectionLost):
+		return rpctypes.ErrGRPCTimeoutDueToConnectionLost
 	case errors.Is(err, errLeaderTransferTimeout):
 		return status.Error(codes.Unknown, errLeaderTransferTimeout.Error())
 	case errors.Is(err, errCanceled):

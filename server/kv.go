@@ -146,14 +146,53 @@ func (s *Server) proposeAs(ctx context.Context, req *pb.InternalRaftRequest, ai 
 		case <-ctx.Done():
 			s.wait.cancel(id)
 			s.metrics.proposalsFailed.Inc()
-			if ctx.Err() == context.DeadlineExceeded {
-				return applyResult{}, errTimeout
-			}
-			return applyResult{}, ctx.Err()
+			return applyResult{}, s.proposalTimeoutErr(ctx.Err(), start)
 		case <-s.stopping:
 			return applyResult{}, errStopped
 		}
 	}
+}
+
+// proposalTimeoutErr is etcd's reading of a proposal that was not applied
+// in time (parseProposeCtxErr): a proposal made while the previous leader
+// was failing (within two election timeouts before the current leader was
+// elected) timed out "possibly due to previous leader failure"; one whose
+// leader (or, on the leader, whose quorum) was not connected all along
+// "possibly due to connection lost"; any other simply timed out.
+func (s *Server) proposalTimeoutErr(err error, start time.Time) error {
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	elected := s.node.LeaderElected()
+	if start.After(elected.Add(-2*s.cfg.ElectionTimeout())) && start.Before(elected) {
+		return errTimeoutLeaderFail
+	}
+	switch lead := s.node.Status().Leader; lead {
+	case 0:
+	case s.id:
+		members := s.members.List()
+		connected := 0
+		for _, m := range members {
+			if m.ID == s.id || s.connectedSince(m.ID, start) {
+				connected++
+			}
+		}
+		if connected < len(members)/2+1 {
+			return errTimeoutConnectionLost
+		}
+	default:
+		if !s.connectedSince(lead, start) {
+			return errTimeoutConnectionLost
+		}
+	}
+	return errTimeout
+}
+
+// connectedSince reports whether the link to member id has been active
+// since before t.
+func (s *Server) connectedSince(id uint64, t time.Time) bool {
+	a := s.peers.tr.ActiveSince(id)
+	return !a.IsZero() && a.Before(t)
 }
 
 // waitToPropose waits, after raft dropped a proposal, until proposing

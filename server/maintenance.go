@@ -221,3 +221,30 @@ func (s *Server) moveLeader(ctx context.Context, to uint64) error {
 		"old-leader-member-id", fmt.Sprintf("%x", s.id), "new-leader-member-id", fmt.Sprintf("%x", to), "took", time.Since(start).String())
 	return nil
 }
+
+// handOffLeadership moves the leadership, on a leader that stops, to the
+// voter it has been connected to longest, as etcd's graceful stop does,
+// so the cluster does not wait out an election timeout (and lose the
+// proposals its followers forwarded to it meanwhile). Bounded by the
+// request timeout; a failure is logged and the member stops anyway.
+func (s *Server) handOffLeadership() {
+	if s.node == nil || s.peers == nil || !s.node.IsLeader() {
+		return
+	}
+	var to uint64
+	var since time.Time
+	for _, v := range s.node.Status().Voters {
+		if v == s.id {
+			continue
+		}
+		if a := s.peers.tr.ActiveSince(v); !a.IsZero() && (to == 0 || a.Before(since)) {
+			to, since = v, a
+		}
+	}
+	if to == 0 {
+		return // alone, or no other voter is reachable
+	}
+	if err := s.moveLeader(context.Background(), to); err != nil {
+		s.lg.Warn("failed to transfer leadership before stopping", "transferee-member-id", fmt.Sprintf("%x", to), "error", err)
+	}
+}

@@ -306,12 +306,14 @@ func (s *Server) ID() uint64 { return s.id }
 // ClusterID returns the cluster id.
 func (s *Server) ClusterID() uint64 { return s.cluster }
 
-// Stop shuts the server down gracefully: listeners stop accepting, running
-// RPCs finish (up to a few seconds), raft stops, and the WAL and page
-// store are closed cleanly.
+// Stop shuts the server down gracefully: a leader first hands its
+// leadership to another member (handOffLeadership), listeners stop
+// accepting, running RPCs finish (up to a few seconds), raft stops, and
+// the WAL and page store are closed cleanly.
 func (s *Server) Stop() error {
 	var err error
 	s.stopOnce.Do(func() {
+		s.handOffLeadership()
 		close(s.stopping)
 		s.stopListeners()
 		// Before the node: nothing is stepped into a stopped node, and
