@@ -41,9 +41,17 @@ func (s *Server) fill(h *pb.ResponseHeader) {
 
 // linearizableRead waits until a read served from the local store
 // reflects every write committed before it was called.
-func (s *Server) linearizableRead(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.requestTimeout())
+func (s *Server) linearizableRead(caller context.Context) error {
+	ctx, cancel := context.WithTimeout(caller, s.requestTimeout())
 	defer cancel()
+	// As etcd: the caller's own deadline or cancellation is answered with
+	// the context's error; only the read's timeout is "request timed out".
+	fail := func(err error) error {
+		if caller.Err() != nil {
+			return caller.Err()
+		}
+		return readErr(ctx, err)
+	}
 	var idx uint64
 	for {
 		var err error
@@ -52,16 +60,16 @@ func (s *Server) linearizableRead(ctx context.Context) error {
 			break
 		}
 		if !errors.Is(err, raft.ErrNoLeader) {
-			return readErr(ctx, err)
+			return fail(err)
 		}
 		// As etcd's read loop, keep asking until there is a leader to
 		// confirm the read index, or the request times out.
 		if err := s.waitToPropose(ctx); err != nil {
-			return readErr(ctx, err)
+			return fail(err)
 		}
 	}
 	if err := s.node.WaitApplied(ctx, idx); err != nil {
-		return readErr(ctx, err)
+		return fail(err)
 	}
 	return nil
 }
