@@ -9,8 +9,12 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -273,3 +277,92 @@ func harnessLogHas(m *harness.Server, text string) bool {
 }
 
 func removeAll(dir string) error { return os.RemoveAll(dir) }
+
+// TestClusterPeerTLS: the cluster over mutual TLS on the peer port; a
+// client presenting a certificate from another CA is refused by the peer
+// listener; --peer-auto-tls forms a cluster too.
+func TestClusterPeerTLS(t *testing.T) {
+	b := needBins(t)
+	bin := targetBin(t, b)
+	dir := t.TempDir()
+	ca, err := harness.NewCA(dir, "peer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := ca.Issue("member", "member")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags := append([]string{"--peer-cert-file=" + cert, "--peer-key-file=" + key,
+		"--peer-trusted-ca-file=" + ca.CertPath, "--peer-client-cert-auth"}, clusterFlags...)
+	c, err := harness.NewClusterScheme(bin, filepath.Join(dir, "mtls"), 3, flags, "https")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Stop() })
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctl := &harness.Ctl{Bin: b.Etcdctl, Endpoints: []string{c.Members[0].ClientURL}}
+	if r := ctl.Run("", "put", "k", "over-mtls"); r.Code != 0 {
+		t.Fatalf("put:\n%s", r)
+	}
+	m3 := &harness.Ctl{Bin: b.Etcdctl, Endpoints: []string{c.Members[2].ClientURL}}
+	if r := m3.Run("", "get", "k", "--print-value-only"); r.Code != 0 || r.Stdout != "over-mtls\n" {
+		t.Fatalf("get on m3:\n%s", r)
+	}
+
+	// A peer with a certificate from another CA: the handshake fails.
+	other, err := harness.NewCA(dir, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ocert, okey, err := other.Issue("intruder", "member")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, err := getMembers(c.Members[0].PeerURL, ca.CertPath, ocert, okey); err == nil {
+		t.Fatalf("a peer certificate from another CA was accepted (HTTP %d)", code)
+	}
+	// The member's own certificate is accepted.
+	if code, err := getMembers(c.Members[0].PeerURL, ca.CertPath, cert, key); err != nil || code != 200 {
+		t.Fatalf("the cluster's own peer certificate: HTTP %d, %v", code, err)
+	}
+
+	// --peer-auto-tls: self-signed peer certificates, no verification.
+	auto, err := harness.NewClusterScheme(bin, filepath.Join(dir, "auto"), 3, append([]string{"--peer-auto-tls"}, clusterFlags...), "https")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { auto.Stop() })
+	if err := auto.Start(); err != nil {
+		t.Fatal(err)
+	}
+	actl := &harness.Ctl{Bin: b.Etcdctl, Endpoints: auto.ClientURLs()}
+	if r := actl.Run("", "endpoint", "health", "--cluster"); r.Code != 0 {
+		t.Fatalf("endpoint health on the auto-tls cluster:\n%s", r)
+	}
+}
+
+// getMembers GETs a peer port's /members over HTTP/1.1 (what members
+// speak to each other) with a client certificate, and returns the status.
+func getMembers(peerURL, caFile, certFile, keyFile string) (int, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return 0, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	kp, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return 0, err
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{kp}, NextProtos: []string{"http/1.1"}}}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get(peerURL + "/members")
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}

@@ -17,10 +17,16 @@ type Cluster struct {
 
 // NewCluster allocates n members of bin in dir; it starts nothing.
 func NewCluster(bin, dir string, n int, flags []string) (*Cluster, error) {
+	return NewClusterScheme(bin, dir, n, flags, "http")
+}
+
+// NewClusterScheme is NewCluster with peer URLs of scheme ("https" for
+// peer TLS; the flags then name the certificates).
+func NewClusterScheme(bin, dir string, n int, flags []string, peerScheme string) (*Cluster, error) {
 	c := &Cluster{}
 	var initial []string
 	for i := 1; i <= n; i++ {
-		s, err := NewServer(ServerConfig{Bin: bin, Name: fmt.Sprintf("m%d", i), Dir: filepath.Join(dir), Flags: flags})
+		s, err := NewServer(ServerConfig{Bin: bin, Name: fmt.Sprintf("m%d", i), Dir: filepath.Join(dir), Flags: flags, PeerScheme: peerScheme})
 		if err != nil {
 			return nil, err
 		}

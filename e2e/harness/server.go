@@ -48,6 +48,8 @@ type ServerConfig struct {
 	// the binary does not log ReadyLine. Off by default: etcd accepts
 	// connections before it serves them.
 	ReadyOnPort bool
+	// PeerScheme is "http" or "https" for the peer URL. Default "http".
+	PeerScheme string
 	// InitialCluster, when set, is --initial-cluster (a member of a
 	// Cluster); the default is this member alone. Ports are then fixed:
 	// they are in the other members' flags.
@@ -83,6 +85,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Scheme == "" {
 		cfg.Scheme = "http"
 	}
+	if cfg.PeerScheme == "" {
+		cfg.PeerScheme = "http"
+	}
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 30 * time.Second
 	}
@@ -113,7 +118,7 @@ func (s *Server) pickPorts() error {
 		return err
 	}
 	s.ClientAddr = "127.0.0.1:" + strconv.Itoa(ports[0])
-	s.PeerURL = "http://127.0.0.1:" + strconv.Itoa(ports[1])
+	s.PeerURL = s.cfg.PeerScheme + "://127.0.0.1:" + strconv.Itoa(ports[1])
 	s.MetricsURL = "http://127.0.0.1:" + strconv.Itoa(ports[2])
 	s.ClientURL = s.cfg.Scheme + "://" + s.ClientAddr
 	return nil
