@@ -366,3 +366,48 @@ func getMembers(peerURL, caFile, certFile, keyFile string) (int, error) {
 	resp.Body.Close()
 	return resp.StatusCode, nil
 }
+
+// TestClusterBootstrapMisconfig: the static-bootstrap mistakes a member
+// refuses to start with, each with etcd's message, checked on etcd and on
+// the target alike.
+func TestClusterBootstrapMisconfig(t *testing.T) {
+	b := needBins(t)
+	ports, err := harness.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	cases := []struct {
+		name  string
+		flags []string
+		want  func(s *harness.Server) string
+	}{
+		{"name missing from --initial-cluster", []string{"--initial-cluster=other=" + other},
+			func(s *harness.Server) string {
+				return `couldn't find local name "m1" in the initial cluster configuration`
+			}},
+		{"advertise URLs that do not match --initial-cluster", []string{"--initial-advertise-peer-urls=" + other},
+			func(s *harness.Server) string {
+				return "--initial-cluster has m1=" + s.PeerURL + " but missing from --initial-advertise-peer-urls=" + other
+			}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, bin := range []string{b.Etcd, targetBin(t, b)} {
+				s, err := harness.NewServer(harness.ServerConfig{Bin: bin, Dir: t.TempDir(), Flags: tc.flags})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Start(); err == nil {
+					s.Stop()
+					t.Fatalf("%s started", bin)
+				}
+				// etcd's JSON log escapes the quotes.
+				log, _ := os.ReadFile(s.LogPath)
+				if want := tc.want(s); !strings.Contains(strings.ReplaceAll(string(log), `\"`, `"`), want) {
+					t.Fatalf("%s: no %q in its log:\n%s", bin, want, log)
+				}
+			}
+		})
+	}
+}
