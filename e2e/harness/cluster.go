@@ -86,3 +86,12 @@ func (c *Cluster) Member(name string) *Server {
 	}
 	return nil
 }
+
+// InitialCluster is the --initial-cluster the members start with.
+func (c *Cluster) InitialCluster() string {
+	var parts []string
+	for _, s := range c.Members {
+		parts = append(parts, s.Name()+"="+s.PeerURL)
+	}
+	return strings.Join(parts, ",")
+}
