@@ -372,10 +372,13 @@ func TestClusterDiffQuorumLoss(t *testing.T) {
 		{name: "serializable get without quorum", on: 1, args: []string{"get", "k", "--consistency=s"}},
 		{name: "endpoint health without quorum", on: 1, args: []string{"endpoint", "health"}},
 		{name: "endpoint status without quorum", on: 1, args: []string{"endpoint", "status"}},
+		{name: "/health without quorum", run: httpGet(1, "/health"), show: "curl <client1>/health"},
+		{name: "/health?serializable=true without quorum", run: httpGet(1, "/health?serializable=true"), show: "curl <client1>/health?serializable=true"},
 		{name: "start m2 and m3", run: startMembers(2, 3), show: "start m2, m3"},
 		{name: "put after recovery", on: 1, args: []string{"put", "k", "v3"}},
 		{name: "get after recovery", on: 1, args: []string{"get", "k"}},
 		{name: "endpoint health after recovery", on: 0, args: []string{"endpoint", "health", "--cluster"}, rows: true},
+		{name: "/health after recovery", run: httpGet(1, "/health"), show: "curl <client1>/health"},
 	}
 	runClusterDiff(t, "quorum-loss", []string{"--heartbeat-interval=50", "--election-timeout=500"}, steps)
 }
@@ -495,5 +498,16 @@ func writeWhileStopped(n, via, count int) func(t *testing.T, cs *clusterSide) ha
 		}
 		waitRev(t, m, rev)
 		return harness.Result{Stdout: fmt.Sprintf("m%d stopped, %d puts through m%d, m%d restarted and caught up\n", n, count, via, n)}
+	}
+}
+
+// httpGet fetches path from member n's client URL.
+func httpGet(n int, path string) func(t *testing.T, cs *clusterSide) harness.Result {
+	return func(t *testing.T, cs *clusterSide) harness.Result {
+		r, err := harness.HTTPRequest{URL: cs.c.Members[n-1].ClientURL + path}.Do()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
 	}
 }

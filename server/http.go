@@ -70,7 +70,9 @@ func (s *Server) handleVersion(w http.ResponseWriter, r *http.Request) {
 // healthCheck reports whether the member can serve: it has a leader and
 // answers a read (linearizable unless serializable is asked for).
 func (s *Server) healthCheck(serializable bool) (bool, string) {
-	if s.node.Status().Leader == 0 {
+	// A serializable check asks only whether this member serves local
+	// reads, which it does without a leader (etcd's checkLeader).
+	if !serializable && s.node.Status().Leader == 0 {
 		return false, "RAFT NO LEADER"
 	}
 	// A local read, as etcd's: a linearizable one unless serializable is
