@@ -374,6 +374,8 @@ func TestClusterDiffQuorumLoss(t *testing.T) {
 		{name: "endpoint status without quorum", on: 1, args: []string{"endpoint", "status"}},
 		{name: "/health without quorum", run: httpGet(1, "/health"), show: "curl <client1>/health"},
 		{name: "/health?serializable=true without quorum", run: httpGet(1, "/health?serializable=true"), show: "curl <client1>/health?serializable=true"},
+		{name: "/readyz?verbose without quorum", run: httpGet(1, "/readyz?verbose"), show: "curl <client1>/readyz?verbose"},
+		{name: "/livez?verbose without quorum", run: httpGet(1, "/livez?verbose"), show: "curl <client1>/livez?verbose"},
 		{name: "start m2 and m3", run: startMembers(2, 3), show: "start m2, m3"},
 		{name: "put after recovery", on: 1, args: []string{"put", "k", "v3"}},
 		{name: "get after recovery", on: 1, args: []string{"get", "k"}},
