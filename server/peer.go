@@ -172,16 +172,17 @@ func (p *peers) syncMembers() {
 // stop stops the peer listeners and the transport. Called before the
 // raft node stops, so nothing steps into a stopped node.
 func (p *peers) stop() {
+	// The transport first: it ends the streams, whose handlers would
+	// otherwise hold the HTTP servers' shutdown until its deadline.
+	p.tr.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	for _, srv := range p.srvs {
-		// Streams never end by themselves: close after a moment.
 		if srv.Shutdown(ctx) != nil {
 			srv.Close()
 		}
 	}
 	p.closeListeners()
-	p.tr.Stop()
 	p.rt.CloseIdleConnections()
 	p.mu.Lock()
 	p.stopped = true
