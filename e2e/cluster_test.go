@@ -471,3 +471,35 @@ func TestClusterDisasterRecovery(t *testing.T) {
 		waitRev(t, m, rev)
 	}
 }
+
+// TestClusterForeignMemberRefused: a member bootstrapped with another set
+// of members (so another cluster id) that reaches a running cluster's
+// peers is refused by them with etcd's "cluster ID mismatch", never
+// becomes ready, and both sides log why. On etcd and the target alike.
+func TestClusterForeignMemberRefused(t *testing.T) {
+	b := needBins(t)
+	bin := targetBin(t, b)
+	c := startCluster(t, bin, clusterFlags)
+	outsider, err := harness.NewServer(harness.ServerConfig{Bin: bin, Name: "m4", Dir: t.TempDir(), ReadyTimeout: poll.Deadline,
+		Flags: clusterFlags})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// m1 and m2 of the running cluster, and itself: another cluster id.
+	outsider = harness.WithInitialCluster(outsider, "m1="+c.Members[0].PeerURL+",m2="+c.Members[1].PeerURL+",m4="+outsider.PeerURL)
+	started := make(chan error, 1)
+	go func() { started <- outsider.Start() }()
+	poll.Until(t, "both sides to log the cluster ID mismatch", func() bool {
+		return harnessLogHas(outsider, "cluster ID mismatch") && harnessLogHas(c.Members[0], "cluster ID mismatch")
+	})
+	if err := outsider.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-started; err == nil {
+		t.Fatal("the member of another cluster became ready before it was killed")
+	}
+	// The running cluster is unaffected.
+	if rev := putN(t, memberClient(t, c.Members[0]), "still", 3); rev == 0 {
+		t.Fatal("no revision")
+	}
+}

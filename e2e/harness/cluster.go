@@ -95,3 +95,10 @@ func (c *Cluster) InitialCluster() string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// WithInitialCluster sets s's --initial-cluster (before its first start)
+// and returns s: a member started with another cluster's view.
+func WithInitialCluster(s *Server, initial string) *Server {
+	s.cfg.InitialCluster = initial
+	return s
+}

@@ -219,13 +219,15 @@ func (s *Server) start() error {
 		s.waitErr = err
 		close(done)
 	}()
-	if err := s.waitReady(from, done); err != nil {
-		s.mu.Unlock()
+	// Not holding mu while waiting: Kill and Stop must be able to end a
+	// member that never becomes ready.
+	s.mu.Unlock()
+	err = s.waitReady(from, done)
+	if err != nil {
 		s.signalAndWait(syscall.SIGKILL, 5*time.Second)
-		s.mu.Lock()
-		return err
 	}
-	return nil
+	s.mu.Lock()
+	return err
 }
 
 // waitReady polls the log (from byte offset from on) for ReadyLine.
