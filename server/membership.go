@@ -21,7 +21,7 @@ import (
 // entry's index.
 //
 // The raft side of a change (RawNode.ApplyConfChange) is done by the raft
-// goroutine; the transport's peers follow the member list (peers.go,
+// goroutine; the transport's peers follow the member list (peer.go,
 // syncMembers). Promoting a learner needs it to be in sync with the
 // leader, which is not tracked yet (runtime reconfiguration), so
 // promotion is refused with etcd's error.
