@@ -240,6 +240,31 @@ func TestClusterSnapshotCatchUpLogged(t *testing.T) {
 	if !harnessLogHas(lead, "sent database snapshot") {
 		t.Fatalf("the leader's log shows no snapshot sent:\n%s", lead.LogTail(60))
 	}
+	// And etcd's metrics count it on both sides.
+	if n := metricSum(t, lead, "etcd_network_snapshot_send_success"); n < 1 {
+		t.Fatalf("the leader counts %v snapshots sent", n)
+	}
+	if n := metricSum(t, lagging, "etcd_network_snapshot_receive_success"); n < 1 {
+		t.Fatalf("the lagging member counts %v snapshots received", n)
+	}
+}
+
+// metricSum adds up every sample of family name on member m's metrics.
+func metricSum(t *testing.T, m *harness.Server, name string) float64 {
+	t.Helper()
+	fams, err := harness.ScrapeMetrics(m.MetricsURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fams[name]
+	if f == nil {
+		return 0
+	}
+	sum := 0.0
+	for _, smp := range f.Samples {
+		sum += smp.Value
+	}
+	return sum
 }
 
 // TestClusterBootstrapRefusesBootstrappedMember: a member whose data dir
