@@ -364,9 +364,12 @@ func TestPeerWirePipeline(t *testing.T) {
 	s2.tr.Send([]*raftpb.Message{vote})
 	poll.Until(t, "etcd to receive the stranger's pipelined vote", func() bool { return len(e.raft.got(raftpb.MsgVote)) == 1 })
 	sameMessages(t, "Strata->etcd pipeline", e.raft.got(raftpb.MsgVote), []*raftpb.Message{vote})
-	if st, _ := s2.tr.PeerStatus(etcdID); st.SentPipeline != 1 {
-		t.Fatalf("the stranger sent %d by pipeline", st.SentPipeline)
-	}
+	// The sender counts the message once etcd's 204 is back, which may be
+	// after etcd's raft has it.
+	poll.Until(t, "the stranger to count one message sent by pipeline", func() bool {
+		st, _ := s2.tr.PeerStatus(etcdID)
+		return st.SentPipeline == 1
+	})
 	resp := wmsg(raftpb.MsgVoteResp, etcdID, strangerID, 9, 0)
 	e.tr.Send([]*raftpb.Message{resp})
 	poll.Until(t, "the stranger to receive etcd's answer", func() bool { return len(s2.raft.got(raftpb.MsgVoteResp)) == 1 })

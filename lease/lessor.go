@@ -507,3 +507,48 @@ func sortByExpiry(ls []*lease) {
 		return a.id < b.id
 	})
 }
+
+// Recover replaces the leases with those committed in the backend's page
+// store (a follower installing a leader's image). Leases that are gone
+// are treated as revoked: Renew calls waiting on them return. A primary
+// restarts the clocks of all leases, as Promote does; a non-primary has
+// none running. Keys are attached again by the store's Restore, which
+// must run after this.
+func (le *Lessor) Recover() error {
+	db := le.be.DB()
+	if err := createBucket(db); err != nil {
+		return fmt.Errorf("lease: create bucket: %w", err)
+	}
+	recs, err := loadRecords(db)
+	if err != nil {
+		return fmt.Errorf("lease: load: %w", err)
+	}
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	kept := make(map[int64]*lease, len(recs))
+	for _, r := range recs {
+		kept[r.ID] = &lease{
+			id: r.ID, ttl: max(r.TTL, le.cfg.MinTTL), remainingTTL: r.RemainingTTL,
+			keys: map[string]struct{}{}, revoked: make(chan struct{}),
+		}
+	}
+	for id, l := range le.leases {
+		if _, ok := kept[id]; !ok {
+			close(l.revoked)
+		} else {
+			kept[id].revoked = l.revoked
+		}
+	}
+	le.leases = kept
+	le.expiries = newIndexedQueue()
+	le.checkpoints = newQueue()
+	if le.demoted != nil {
+		now := le.cfg.now()
+		for _, l := range le.leases {
+			l.refresh(now, 0)
+			le.expiries.set(l.id, l.expiry)
+			le.scheduleCheckpoint(l, now)
+		}
+	}
+	return nil
+}

@@ -190,3 +190,34 @@ func (s *Set) ApplyConfChange(cc *raftpb.ConfChange, w Writer) {
 		}
 	}
 }
+
+// SetAttributes records the name and client URLs member id published
+// (etcd's ClusterMemberAttrSet, applied from raft) and persists the
+// member through w. An unknown or removed id changes nothing. The member
+// record is replaced, not changed in place, so a reader holding the old
+// one (Get, List) never sees it change.
+func (s *Set) SetAttributes(id uint64, name string, clientURLs []string, w Writer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, ok := s.m[id]
+	if !ok {
+		return
+	}
+	m := *old
+	m.Name, m.ClientURLs = name, slices.Clone(clientURLs)
+	s.m[id] = &m
+	w.Put(schema.Members, Key(id), m.JSON())
+}
+
+// Reset replaces the whole membership with the one persisted in db (a
+// member that installed a leader's snapshot).
+func (s *Set) Reset(db *pagestore.DB) error {
+	fresh := NewSet()
+	if _, err := fresh.Load(db); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m, s.removed = fresh.m, fresh.removed
+	return nil
+}

@@ -35,7 +35,10 @@ import (
 //     transaction; a batch leaves state only after its commit, so every
 //     record a reader may need is in one place or the other.
 type Backend struct {
-	db       *pagestore.DB
+	// dbp is the page store. It changes only when a follower installs a
+	// leader's image (SwapDB), under commitMu and batchMu; readers load
+	// it once per read view.
+	dbp      atomic.Pointer[pagestore.DB]
 	log      *slog.Logger
 	metrics  *Metrics
 	interval time.Duration
@@ -147,7 +150,7 @@ func NewBackend(db *pagestore.DB, cfg BackendConfig) (*Backend, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	b := &Backend{
-		db: db, log: cfg.Logger, interval: cfg.BatchInterval, limit: cfg.BatchLimit,
+		log: cfg.Logger, interval: cfg.BatchInterval, limit: cfg.BatchLimit,
 		cur:  &batch{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		commitHook:  cfg.OnCommit,
@@ -156,6 +159,7 @@ func NewBackend(db *pagestore.DB, cfg BackendConfig) (*Backend, error) {
 		health:      commitHealth{onChange: cfg.OnCommitHealth},
 		defragSem:   make(chan struct{}, 1),
 	}
+	b.dbp.Store(db)
 	b.state.Store(&readState{})
 	err := db.Update(func(tx *pagestore.Tx) error {
 		for _, name := range [][]byte{KeyBucket, MetaBucket} {
@@ -192,7 +196,7 @@ func NewBackend(db *pagestore.DB, cfg BackendConfig) (*Backend, error) {
 }
 
 // DB returns the page store.
-func (b *Backend) DB() *pagestore.DB { return b.db }
+func (b *Backend) DB() *pagestore.DB { return b.dbp.Load() }
 
 // ConsistentIndex is the index of the last entry whose writes are in the
 // page store.
@@ -341,7 +345,7 @@ func (b *Backend) commit() error {
 	}
 	start := time.Now()
 	var dres defragResult
-	err := b.db.Update(func(tx *pagestore.Tx) error {
+	err := b.DB().Update(func(tx *pagestore.Tx) error {
 		if dreq != nil {
 			t := time.Now()
 			dres.moved, dres.err = tx.ApplyDefrag(dreq.plan)
@@ -482,7 +486,7 @@ func (b *Backend) Defrag(ctx context.Context, progress func(pagestore.DefragProg
 		if !idle {
 			n = min(n, loadMax)
 		}
-		plan, err := b.db.PlanDefrag(n)
+		plan, err := b.DB().PlanDefrag(n)
 		if err != nil {
 			return err
 		}
@@ -510,11 +514,11 @@ func (b *Backend) Defrag(ctx context.Context, progress func(pagestore.DefragProg
 		if r.err != nil {
 			return r.err
 		}
-		st := b.db.Stats()
+		st := b.DB().Stats()
 		p.Steps++
 		p.MovedPages += r.moved
 		p.FileSize, p.InUseBytes, p.LockHold = st.FileSize, st.InUseBytes, r.apply
-		p.Done = b.db.DefragComplete(plan)
+		p.Done = b.DB().DefragComplete(plan)
 		if progress != nil {
 			progress(p)
 		}
@@ -581,7 +585,7 @@ type ReadTx struct {
 // BeginRead starts a read view. End it with Close.
 func (b *Backend) BeginRead() (*ReadTx, error) {
 	st := b.state.Load()
-	tx, err := b.db.Begin(false)
+	tx, err := b.DB().Begin(false)
 	if err != nil {
 		return nil, err
 	}

@@ -141,7 +141,7 @@ func (c *compactor) compact(rev int64) bool {
 			m.DBCompactionLast.Set(float64(time.Now().Unix()))
 		}
 	}()
-	keep := s.idx.Compact(rev)
+	keep := s.index().Compact(rev)
 	if m != nil {
 		m.IndexCompactionPause.Observe(float64(time.Since(start) / time.Millisecond))
 	}

@@ -40,7 +40,7 @@ func (s *Store) HashKV(rev int64) (KeyValueHash, int64, error) {
 			m.HashRev.Observe(time.Since(start).Seconds())
 		}
 	}()
-	keep := s.idx.Keep(rev)
+	keep := s.index().Keep(rev)
 	rd, err := s.be.BeginRead()
 	if err != nil {
 		return KeyValueHash{}, currentRev, err
@@ -85,7 +85,7 @@ func (s *Store) Hash() (uint32, int64, error) {
 	}
 	rev := s.rev.Load()
 	h := crc32.New(castagnoli)
-	err := s.be.db.View(func(tx *pagestore.Tx) error {
+	err := s.be.DB().View(func(tx *pagestore.Tx) error {
 		return tx.ForEach(func(name []byte, b *pagestore.Bucket) error {
 			h.Write(name)
 			return b.ForEach(func(k, v []byte) error {

@@ -23,7 +23,7 @@ func (b *Backend) Image() (*Image, error) {
 	if err := b.ForceCommit(); err != nil {
 		return nil, err
 	}
-	tx, err := b.db.Begin(false)
+	tx, err := b.DB().Begin(false)
 	if err != nil {
 		return nil, err
 	}

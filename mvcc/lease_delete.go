@@ -32,7 +32,7 @@ func (s *Store) DeleteKeys(ci, term uint64, keys [][]byte, also func(*WriteTx)) 
 	// one transaction, and counts each as a delete.
 	t.ops.deletes += len(sorted)
 	for _, k := range sorted {
-		if live, _ := s.idx.Range(k, nil, t.readRev()); len(live) == 0 {
+		if live, _ := s.index().Range(k, nil, t.readRev()); len(live) == 0 {
 			continue
 		}
 		t.delete(k)

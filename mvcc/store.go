@@ -63,8 +63,10 @@ type StoreConfig struct {
 // the published revision, read the index (whose lock a write holds only
 // for one key update) and a Backend read view.
 type Store struct {
-	be           *Backend
-	idx          *btreeidx.Index
+	be *Backend
+	// idx is the key index; replaced whole only by Restore (a follower
+	// installing a leader's image), so readers load it once per read.
+	idx          atomic.Pointer[btreeidx.Index]
 	log          *slog.Logger
 	leases       Leases
 	events       func(int64, []Event)
@@ -95,12 +97,13 @@ func OpenStore(be *Backend, cfg StoreConfig) (*Store, error) {
 		cfg.CompactBatch = 1000
 	}
 	s := &Store{
-		be: be, idx: btreeidx.NewIndex(), log: cfg.Logger, leases: cfg.Leases,
+		be: be, log: cfg.Logger, leases: cfg.Leases,
 		events: cfg.OnEvents, compactBatch: cfg.CompactBatch, metrics: cfg.Metrics,
 		keyLeases: map[string]int64{},
 	}
+	s.idx.Store(btreeidx.NewIndex())
 	s.compactRev.Store(-1)
-	scheduled, finished, err := s.restore()
+	scheduled, finished, err := s.restore(s.index())
 	if err != nil {
 		return nil, err
 	}
@@ -112,9 +115,11 @@ func OpenStore(be *Backend, cfg StoreConfig) (*Store, error) {
 	return s, nil
 }
 
-// restore rebuilds the index from the key bucket.
-func (s *Store) restore() (scheduled, finished int64, err error) {
-	err = s.be.db.View(func(tx *pagestore.Tx) error {
+// restore builds idx (empty) from the key bucket, then publishes the
+// revision and compaction revision it found. Called before the store is
+// used, or by Restore (apply goroutine) with a fresh index it then swaps in.
+func (s *Store) restore(idx *btreeidx.Index) (scheduled, finished int64, err error) {
+	err = s.be.DB().View(func(tx *pagestore.Tx) error {
 		meta, err := tx.Bucket(MetaBucket)
 		if err != nil {
 			return err
@@ -141,12 +146,12 @@ func (s *Store) restore() (scheduled, finished int64, err error) {
 				return fmt.Errorf("%w: value of revision %v: %v", pagestore.ErrCorrupt, rev, err)
 			}
 			if tomb {
-				if err := s.idx.Restore(kv.Key, rev, Revision{}, 0, true); err != nil {
+				if err := idx.Restore(kv.Key, rev, Revision{}, 0, true); err != nil {
 					return err
 				}
 				delete(s.keyLeases, string(kv.Key))
 			} else {
-				if err := s.idx.Restore(kv.Key, rev, Revision{Main: kv.CreateRevision}, kv.Version, false); err != nil {
+				if err := idx.Restore(kv.Key, rev, Revision{Main: kv.CreateRevision}, kv.Version, false); err != nil {
 					return err
 				}
 				if kv.Lease != 0 {
@@ -196,6 +201,8 @@ func readRevMeta(meta *pagestore.Bucket, key []byte) (int64, error) {
 	return rev.Main, nil
 }
 
+func (s *Store) index() *btreeidx.Index { return s.idx.Load() }
+
 // Rev returns the current revision.
 func (s *Store) Rev() int64 { return s.rev.Load() }
 
@@ -211,7 +218,7 @@ func (s *Store) Backend() *Backend { return s.be }
 // KeyCount returns the number of keys that exist now
 // (etcd_debugging_mvcc_keys_total). The index keeps the count as it
 // changes, so this is cheap enough for every scrape.
-func (s *Store) KeyCount() int { return s.idx.Live() }
+func (s *Store) KeyCount() int { return s.index().Live() }
 
 // Metrics returns the store's instruments (nil if it has none).
 func (s *Store) Metrics() *Metrics { return s.metrics }

@@ -85,9 +85,9 @@ func (v *view) rangeKeys(key, end []byte, atRev, limit int64, countOnly, withTot
 		return &rangeResult{count: -1}, ErrCompacted
 	}
 	if countOnly {
-		return &rangeResult{count: v.s.idx.CountRevisions(key, end, atRev, 0), rev: cur}, nil
+		return &rangeResult{count: v.s.index().CountRevisions(key, end, atRev, 0), rev: cur}, nil
 	}
-	revs, total := v.s.idx.Revisions(key, end, atRev, int(limit), withTotal)
+	revs, total := v.s.index().Revisions(key, end, atRev, int(limit), withTotal)
 	res := &rangeResult{count: total, rev: cur, kvs: make([]*mvccpb.KeyValue, 0, len(revs))}
 	for _, r := range revs {
 		kv, err := v.value(r)
@@ -136,14 +136,14 @@ func (t *txnWrite) put(key, value []byte, lease int64) int64 {
 	rev := t.beginRev + 1
 	created, ver := rev, int64(0)
 	oldLease := int64(0)
-	if _, c, v, err := s.idx.Get(key, rev); err == nil {
+	if _, c, v, err := s.index().Get(key, rev); err == nil {
 		created, ver = c.Main, v
 		oldLease = s.keyLeases[string(key)]
 	}
 	idxRev := Revision{Main: rev, Sub: int64(len(t.changes))}
 	kv := &mvccpb.KeyValue{Key: key, Value: value, CreateRevision: created, ModRevision: rev, Version: ver + 1, Lease: lease}
 	t.w.PutKeyRecord(idxRev, false, encodeKV(kv))
-	if err := s.idx.Put(key, idxRev); err != nil {
+	if err := s.index().Put(key, idxRev); err != nil {
 		panic(fmt.Sprintf("mvcc: index put %q at %v: %v", key, idxRev, err)) // revisions only ascend
 	}
 	t.changes = append(t.changes, kv)
@@ -166,7 +166,7 @@ func (t *txnWrite) put(key, value []byte, lease int64) int64 {
 
 func (t *txnWrite) deleteRange(key, end []byte) int64 {
 	t.ops.deletes++
-	keys, _ := t.s.idx.Range(key, end, t.readRev())
+	keys, _ := t.s.index().Range(key, end, t.readRev())
 	for _, k := range keys {
 		t.delete(k)
 	}
@@ -179,7 +179,7 @@ func (t *txnWrite) delete(key []byte) {
 	idxRev := Revision{Main: rev, Sub: int64(len(t.changes))}
 	kv := &mvccpb.KeyValue{Key: key}
 	t.w.PutKeyRecord(idxRev, true, encodeKV(kv))
-	if err := s.idx.Tombstone(key, idxRev); err != nil {
+	if err := s.index().Tombstone(key, idxRev); err != nil {
 		panic(fmt.Sprintf("mvcc: index tombstone %q at %v: %v", key, idxRev, err))
 	}
 	t.changes = append(t.changes, kv)

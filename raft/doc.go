@@ -145,8 +145,9 @@
 // ReadIndex request; callers arriving later join the next one, so no read
 // is served from an index obtained before the read arrived.
 //
-// Nothing here assumes a single member: messages go through Transport,
-// which a single member leaves nil. What the transport learns flows back
+// Nothing here assumes a single member: messages go through Transport
+// (the server's is raft/transport, on the peer port; a single member's
+// has no peers to send to). What the transport learns flows back
 // through ReportUnreachable and ReportSnapshot, received messages arrive
 // through Step (StepSnapshot for a MsgSnap and its image), and
 // LeaderChanged announces each change of leader. Package rafttest runs N

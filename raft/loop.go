@@ -55,6 +55,8 @@ func (n *Node) run() {
 			_ = n.rn.Step(m)
 		case r := <-n.reportc:
 			n.applyReport(r)
+		case to := <-n.transferc:
+			n.rn.TransferLeader(to)
 		case r := <-n.snapc:
 			n.stepReceived(r)
 		case <-n.readc:
@@ -119,7 +121,7 @@ func (n *Node) handleReady() error {
 	rd := n.rn.Ready()
 	if rd.SoftState != nil {
 		if n.publishLeader(rd.SoftState.Lead) {
-			n.log.Info("raft leader changed", "leader", fmt.Sprintf("%x", rd.SoftState.Lead), "term", n.rn.BasicStatus().Term)
+			n.log.Info("raft leader changed", "leader", fmt.Sprintf("%x", rd.SoftState.Lead), "term", n.rn.BasicStatus().GetTerm())
 		}
 	}
 	isLeader := n.lead.Load() == n.cfg.ID

@@ -146,6 +146,7 @@ type Node struct {
 	lead          atomic.Uint64
 	confState     atomic.Pointer[raftpb.ConfState]
 	leaderChanges atomic.Uint64
+	leaderElected atomic.Int64 // unix nanos of the last change to a leader
 
 	// leaderMu guards leaderNotify, which the raft goroutine closes and
 	// replaces each time the leader it knows changes (LeaderChanged).
@@ -155,6 +156,8 @@ type Node struct {
 	// reportc carries the transport's reports (ReportUnreachable,
 	// ReportSnapshot) to the raft goroutine, which alone owns the RawNode.
 	reportc chan report
+	// transferc carries TransferLeadership requests to the raft goroutine.
+	transferc chan uint64
 
 	appliedMu     sync.Mutex
 	appliedNotify chan struct{} // closed and replaced on every apply
@@ -238,6 +241,7 @@ func Start(cfg Config) (*Node, error) {
 		persistedNotify: make(chan struct{}),
 		leaderNotify:    make(chan struct{}),
 		reportc:         make(chan report, 256),
+		transferc:       make(chan uint64),
 		snapc:           make(chan received),
 	}
 	walOpts := cfg.WAL

@@ -1,6 +1,9 @@
 package raft
 
 import (
+	"context"
+	"time"
+
 	etcdraft "go.etcd.io/raft/v3"
 )
 
@@ -74,7 +77,36 @@ func (n *Node) publishLeader(lead uint64) bool {
 		return false
 	}
 	n.leaderChanges.Add(1)
+	if lead != 0 {
+		n.leaderElected.Store(time.Now().UnixNano())
+	}
 	close(n.leaderNotify)
 	n.leaderNotify = make(chan struct{})
 	return true
+}
+
+// TransferLeadership asks raft, on the leader, to hand leadership to
+// member to (etcd's MoveLeader): the leader brings it up to date and
+// tells it to campaign at once. It returns once raft has the request;
+// watch LeaderChanged for the outcome. A transfer raft cannot start (not
+// the leader, an unknown or learner target) changes nothing.
+func (n *Node) TransferLeadership(ctx context.Context, to uint64) error {
+	select {
+	case n.transferc <- to:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.done:
+		return n.stopErr()
+	}
+}
+
+// LeaderElected is when this member last learned of a new leader (the
+// zero time before it knew any), for telling a request that timed out
+// because its leader failed from one that did not.
+func (n *Node) LeaderElected() time.Time {
+	if ns := n.leaderElected.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }

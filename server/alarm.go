@@ -166,7 +166,7 @@ func (s *Server) checkQuota(req *pb.InternalRaftRequest) error {
 	if q <= 0 {
 		return nil
 	}
-	if s.db.Stats().InUseBytes+s.be.PendingBytes()+int64(cost) < q {
+	if s.be.DB().Stats().InUseBytes+s.be.PendingBytes()+int64(cost) < q {
 		return nil
 	}
 	go func() {

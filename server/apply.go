@@ -1,7 +1,6 @@
 package server
 
 import (
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -100,6 +99,8 @@ func (a *applier) dispatch(idx, term uint64, req *pb.InternalRaftRequest) applyR
 		return applyResult{resp: resp, err: err}
 	}
 	switch {
+	case req.ClusterMemberAttrSet != nil:
+		s.applyMemberAttrs(idx, term, req.ClusterMemberAttrSet)
 	case req.Alarm != nil:
 		w := s.be.BeginWrite()
 		r.resp = s.applyAlarm(w, req.Alarm)
@@ -154,9 +155,3 @@ func (a *applier) Image() (raft.Image, error) { return a.s.be.Image() }
 
 // CheckImage validates a received page-store image.
 func (a *applier) CheckImage(path string) (uint64, error) { return mvcc.ImageIndex(path) }
-
-// Restore is not wired yet: without a peer transport a member never
-// receives a snapshot (the next commit restores the whole server state).
-func (a *applier) Restore(meta raft.SnapshotMeta, path string) error {
-	return fmt.Errorf("server: cannot install the snapshot at %d: restoring the server state is not implemented", meta.Index)
-}

@@ -34,7 +34,7 @@ func (s *Server) openAuth() error {
 	if err != nil {
 		return err
 	}
-	s.auth, err = auth.New(s.db, auth.Config{BcryptCost: int(s.cfg.BcryptCost), Tokens: tp, Logger: s.lg})
+	s.auth, err = auth.New(s.be.DB(), auth.Config{BcryptCost: int(s.cfg.BcryptCost), Tokens: tp, Logger: s.lg})
 	return err
 }
 

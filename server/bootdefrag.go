@@ -22,7 +22,7 @@ func (s *Server) bootstrapDefrag() error {
 		return nil
 	}
 	threshold := uint64(mb) * 1024 * 1024
-	before := s.db.Stats()
+	before := s.be.DB().Stats()
 	freeable := uint64(max(0, before.FileSize-before.InUseBytes))
 	if freeable < threshold {
 		s.lg.Info("Skipping defragmentation",
@@ -56,7 +56,7 @@ func (s *Server) logDefragStart(before pagestore.Stats) {
 }
 
 func (s *Server) logDefragDone(before pagestore.Stats, took time.Duration) {
-	after := s.db.Stats()
+	after := s.be.DB().Stats()
 	s.lg.Info("finished defragmenting directory", "path", s.cfg.BackendPath(),
 		"current-db-size-bytes-diff", after.FileSize-before.FileSize,
 		"current-db-size-bytes", after.FileSize,

@@ -18,10 +18,19 @@ import (
 var (
 	errRequestTooLarge = errors.New("server: request is too large")
 	errTimeout         = errors.New("server: request timed out")
-	errStopped         = errors.New("server: server stopped")
-	errNoLeader        = errors.New("server: no leader")
-	errNoSpace         = errors.New("server: database space exceeded")
-	errCorrupt         = errors.New("server: corrupt cluster")
+	// errTimeoutLeaderFail and errTimeoutConnectionLost are etcd's
+	// readings of a proposal timeout (see proposalTimeoutErr).
+	errTimeoutLeaderFail     = errors.New("server: request timed out, possibly due to previous leader failure")
+	errTimeoutConnectionLost = errors.New("server: request timed out, possibly due to connection lost")
+	errStopped               = errors.New("server: server stopped")
+	errCanceled              = errors.New("server: request canceled")
+	// errLeaderTransferTimeout has etcd's text: etcd maps it to no gRPC
+	// error of its own, so clients see it as Unknown with this message.
+	errLeaderTransferTimeout = errors.New("etcdserver: request timed out, leader transfer took too long")
+	errRemoved               = errors.New("server: the member has been permanently removed from the cluster")
+	errNoLeader              = errors.New("server: no leader")
+	errNoSpace               = errors.New("server: database space exceeded")
+	errCorrupt               = errors.New("server: corrupt cluster")
 )
 
 // toGRPCError maps an internal error to the status etcd returns, so
@@ -56,6 +65,14 @@ func toGRPCError(err error) error {
 		return rpctypes.ErrGRPCCorrupt
 	case errors.Is(err, errTimeout):
 		return rpctypes.ErrGRPCTimeout
+	case errors.Is(err, errTimeoutLeaderFail):
+		return rpctypes.ErrGRPCTimeoutDueToLeaderFail
+	case errors.Is(err, errTimeoutConnectionLost):
+		return rpctypes.ErrGRPCTimeoutDueToConnectionLost
+	case errors.Is(err, errLeaderTransferTimeout):
+		return status.Error(codes.Unknown, errLeaderTransferTimeout.Error())
+	case errors.Is(err, errCanceled):
+		return rpctypes.ErrGRPCCanceled
 	case errors.Is(err, errStopped), errors.Is(err, raft.ErrStopped), errors.Is(err, mvcc.ErrBackendClosed):
 		return rpctypes.ErrGRPCStopped
 	case errors.Is(err, errNoLeader), errors.Is(err, raft.ErrNoLeader), errors.Is(err, raft.ErrProposalDropped):

@@ -26,6 +26,11 @@ import (
 func (s *Server) watchNode() {
 	select {
 	case <-s.node.Done():
+	case <-s.peers.tr.Removed():
+		// A peer told this member it was removed from the cluster: etcd
+		// stops then, and so does Strata.
+		s.fatal(errRemoved)
+		return
 	case <-s.stopping:
 		return
 	}
@@ -73,6 +78,10 @@ func (s *Server) describeFatal(err error) (string, []any) {
 		return "the page store needs to be reopened after a failed commit; the member stops and the process exits",
 			[]any{"error", err.Error(), "file", s.cfg.BackendPath(),
 				"remedy", "check the disk holding the data directory, then " + restart}
+	}
+	if errors.Is(err, errRemoved) {
+		return "the member has been permanently removed from the cluster; the member stops and the process exits",
+			[]any{"remedy", "the data directory is no longer valid; to rejoin, remove it, add the member again ('etcdctl member add') and start it with --initial-cluster-state existing"}
 	}
 	return "raft stopped on an error; the member stops and the process exits",
 		[]any{"error", err.Error(), "remedy", restart + "; if it happens again, report it with this log"}

@@ -9,7 +9,6 @@ import (
 	"net/http/pprof"
 	"slices"
 	"strings"
-	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc/status"
@@ -70,15 +69,18 @@ func (s *Server) handleVersion(w http.ResponseWriter, r *http.Request) {
 // healthCheck reports whether the member can serve: it has a leader and
 // answers a read (linearizable unless serializable is asked for).
 func (s *Server) healthCheck(serializable bool) (bool, string) {
-	if s.node.Status().Leader == 0 {
+	// A serializable check asks only whether this member serves local
+	// reads, which it does without a leader (etcd's checkLeader).
+	if !serializable && s.node.Status().Leader == 0 {
 		return false, "RAFT NO LEADER"
 	}
 	// A local read, as etcd's: a linearizable one unless serializable is
-	// asked for.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	// asked for, bounded by the request timeout; a failure is reported
+	// with etcd's text of the error.
+	ctx, cancel := context.WithTimeout(context.Background(), s.requestTimeout())
 	defer cancel()
 	if _, err := s.rangeRead(ctx, healthRange(serializable)); err != nil {
-		return false, "QGET ERROR:" + err.Error()
+		return false, "RANGE ERROR:" + status.Convert(toGRPCError(err)).Message()
 	}
 	return true, ""
 }
@@ -136,9 +138,9 @@ func (s *Server) livezProbes(r *http.Request) []probe {
 // readProbe is etcd's serializable_read and linearizable_read check.
 func (s *Server) readProbe(r *http.Request, serializable bool) func() error {
 	return func() error {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		_, err := s.rangeRead(ctx, healthRange(serializable))
+		// The request's own context, as etcd's: a linearizable read
+		// without a leader fails when its read index times out.
+		_, err := s.rangeRead(r.Context(), healthRange(serializable))
 		return err
 	}
 }

@@ -41,15 +41,35 @@ func (s *Server) fill(h *pb.ResponseHeader) {
 
 // linearizableRead waits until a read served from the local store
 // reflects every write committed before it was called.
-func (s *Server) linearizableRead(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.requestTimeout())
+func (s *Server) linearizableRead(caller context.Context) error {
+	ctx, cancel := context.WithTimeout(caller, s.requestTimeout())
 	defer cancel()
-	idx, err := s.node.ReadIndex(ctx)
-	if err != nil {
+	// As etcd: the caller's own deadline or cancellation is answered with
+	// the context's error; only the read's timeout is "request timed out".
+	fail := func(err error) error {
+		if caller.Err() != nil {
+			return caller.Err()
+		}
 		return readErr(ctx, err)
 	}
+	var idx uint64
+	for {
+		var err error
+		idx, err = s.node.ReadIndex(ctx)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, raft.ErrNoLeader) {
+			return fail(err)
+		}
+		// As etcd's read loop, keep asking until there is a leader to
+		// confirm the read index, or the request times out.
+		if err := s.waitToPropose(ctx); err != nil {
+			return fail(err)
+		}
+	}
 	if err := s.node.WaitApplied(ctx, idx); err != nil {
-		return readErr(ctx, err)
+		return fail(err)
 	}
 	return nil
 }
@@ -94,7 +114,6 @@ func (s *Server) proposeAs(ctx context.Context, req *pb.InternalRaftRequest, ai 
 	if len(data) > int(s.cfg.MaxRequestBytes) {
 		return applyResult{}, errRequestTooLarge
 	}
-	ch := s.wait.register(id)
 	ctx, cancel := context.WithTimeout(ctx, s.requestTimeout())
 	defer cancel()
 	s.metrics.proposalsPending.Inc()
@@ -105,29 +124,109 @@ func (s *Server) proposeAs(ctx context.Context, req *pb.InternalRaftRequest, ai 
 		}
 		s.wait.trigger(id, applyResult{err: err, dropped: true})
 	}
-	if err := s.node.ProposeAsync(ctx, data, drop); err != nil {
-		s.wait.cancel(id)
-		s.metrics.proposalsFailed.Inc()
-		return applyResult{}, readErr(ctx, err)
-	}
-	proposed = true
-	select {
-	case r := <-ch:
-		if r.dropped {
+	for {
+		ch := s.wait.register(id)
+		if err := s.node.ProposeAsync(ctx, data, drop); err != nil {
+			s.wait.cancel(id)
+			s.metrics.proposalsFailed.Inc()
+			return applyResult{}, readErr(ctx, err)
+		}
+		proposed = true
+		select {
+		case r := <-ch:
+			if !r.dropped {
+				return r, nil
+			}
+			if errors.Is(r.err, errNoLeader) {
+				// Raft takes no proposal while it knows no leader (or
+				// while its leadership is being transferred); etcd's
+				// proposal then waits until there is one, or until the
+				// request times out with the context's error.
+				if err := s.waitToPropose(ctx); err == nil {
+					continue
+				} else {
+					s.metrics.proposalsFailed.Inc()
+					return applyResult{}, err
+				}
+			}
 			s.metrics.proposalsFailed.Inc()
 			return applyResult{}, r.err
+		case <-ctx.Done():
+			s.wait.cancel(id)
+			s.metrics.proposalsFailed.Inc()
+			return applyResult{}, s.proposalTimeoutErr(ctx.Err(), start)
+		case <-s.stopping:
+			return applyResult{}, errStopped
 		}
-		return r, nil
-	case <-ctx.Done():
-		s.wait.cancel(id)
-		s.metrics.proposalsFailed.Inc()
-		if ctx.Err() == context.DeadlineExceeded {
-			return applyResult{}, errTimeout
-		}
-		return applyResult{}, ctx.Err()
-	case <-s.stopping:
-		return applyResult{}, errStopped
 	}
+}
+
+// proposalTimeoutErr is etcd's reading of a proposal that was not applied
+// in time (parseProposeCtxErr): a proposal made while the previous leader
+// was failing (within two election timeouts before the current leader was
+// elected) timed out "possibly due to previous leader failure"; one whose
+// leader (or, on the leader, whose quorum) was not connected all along
+// "possibly due to connection lost"; any other simply timed out.
+func (s *Server) proposalTimeoutErr(err error, start time.Time) error {
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	elected := s.node.LeaderElected()
+	if start.After(elected.Add(-2*s.cfg.ElectionTimeout())) && start.Before(elected) {
+		return errTimeoutLeaderFail
+	}
+	switch lead := s.node.Status().Leader; lead {
+	case 0:
+	case s.id:
+		members := s.members.List()
+		connected := 0
+		for _, m := range members {
+			if m.ID == s.id || s.connectedSince(m.ID, start) {
+				connected++
+			}
+		}
+		if connected < len(members)/2+1 {
+			return errTimeoutConnectionLost
+		}
+	default:
+		if !s.connectedSince(lead, start) {
+			return errTimeoutConnectionLost
+		}
+	}
+	return errTimeout
+}
+
+// connectedSince reports whether the link to member id has been active
+// since before t.
+func (s *Server) connectedSince(id uint64, t time.Time) bool {
+	a := s.peers.tr.ActiveSince(id)
+	return !a.IsZero() && a.Before(t)
+}
+
+// waitToPropose waits, after raft dropped a proposal, until proposing
+// again may succeed: until a leader is known, or, when one is (it is
+// transferring its leadership), for the next leader change or a
+// heartbeat interval. It returns the context's error when the request's
+// time is up.
+func (s *Server) waitToPropose(ctx context.Context) error {
+	changed := s.node.LeaderChanged()
+	var retry <-chan time.Time
+	if s.node.Status().Leader != 0 {
+		t := time.NewTimer(s.cfg.HeartbeatInterval())
+		defer t.Stop()
+		retry = t.C
+	}
+	select {
+	case <-changed:
+	case <-retry:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.stopping:
+		return errStopped
+	case <-s.node.Done():
+		return errStopped
+	}
+	return nil
 }
 
 func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {

@@ -99,12 +99,29 @@ func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error
 	}
 }
 
-// renewLease renews on the leader, after it has applied everything it
-// committed, so a just-revoked lease is not renewed.
+// renewLease renews on the leader's lessor: here, after everything
+// committed is applied (so a just-revoked lease is not renewed), or, on a
+// follower or a leader that lost its leadership meanwhile, forwarded to
+// the leader over the peer port (leasefwd.go), as etcd does.
 func (s *Server) renewLease(ctx context.Context, id int64) (int64, error) {
-	if !s.node.IsLeader() {
-		return 0, errNoLeader
+	if s.node.IsLeader() {
+		ttl, err := s.renewLocal(ctx, id)
+		if !errors.Is(err, errNoLeader) || s.node.IsLeader() {
+			return ttl, err
+		}
 	}
+	rev, err := s.checkLeaseAccess(ctx, []int64{id}, leaseWrite)
+	if err == nil {
+		err = s.authRevisionMoved(rev)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return s.forwardRenew(ctx, id)
+}
+
+// renewLocal renews on this member, the leader.
+func (s *Server) renewLocal(ctx context.Context, id int64) (int64, error) {
 	if err := s.linearizableRead(ctx); err != nil {
 		return 0, err
 	}
@@ -162,6 +179,9 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 			return nil, err
 		}
 	}
+	if !s.node.IsLeader() {
+		return s.forwardedTimeToLive(ctx, r, rev)
+	}
 	if err := s.linearizableRead(ctx); err != nil {
 		return nil, toGRPCError(err)
 	}
@@ -186,6 +206,26 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 		return nil, toGRPCError(err)
 	}
 	resp.TTL, resp.GrantedTTL, resp.Keys = info.TTLSeconds(), info.TTL, info.Keys
+	return resp, nil
+}
+
+// forwardedTimeToLive asks the leader, whose lessor alone knows the
+// remaining TTLs.
+func (s *Server) forwardedTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest, rev uint64) (*pb.LeaseTimeToLiveResponse, error) {
+	resp, err := s.forwardTimeToLive(ctx, r)
+	if errors.Is(err, lease.ErrLeaseNotFound) {
+		return &pb.LeaseTimeToLiveResponse{Header: s.header(0), ID: r.ID, TTL: -1}, nil
+	}
+	if err == nil && r.Keys {
+		err = s.authRevisionMoved(rev)
+	}
+	if err != nil {
+		return nil, toGRPCError(err)
+	}
+	resp.Header = s.header(0)
+	if !r.Keys {
+		resp.Keys = nil
+	}
 	return resp, nil
 }
 

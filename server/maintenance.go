@@ -7,6 +7,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/status"
 )
 
 // maintenanceServer serves the Maintenance service.
@@ -28,7 +29,7 @@ func (s *Server) quotaBytes() int64 {
 func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
 	s := m.s
 	st := s.node.Status()
-	ds := s.db.Stats()
+	ds := s.be.DB().Stats()
 	resp := &pb.StatusResponse{
 		Header:           s.header(0),
 		Version:          EtcdVersion,
@@ -44,6 +45,10 @@ func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 	}
 	if m := s.members.Get(s.id); m != nil {
 		resp.IsLearner = m.IsLearner
+	}
+	if st.Leader == 0 {
+		// etcd's ErrNoLeader text, "etcdserver: no leader".
+		resp.Errors = append(resp.Errors, status.Convert(rpctypes.ErrGRPCNoLeader).Message())
 	}
 	for _, a := range s.alarms.list() {
 		resp.Errors = append(resp.Errors, fmt.Sprintf("memberID:%d alarm:%s", a.MemberID, a.Alarm))
@@ -102,7 +107,7 @@ func (m *maintenanceServer) Defragment(ctx context.Context, r *pb.DefragmentRequ
 	}
 	s := m.s
 	start := time.Now()
-	before := s.db.Stats()
+	before := s.be.DB().Stats()
 	if err := s.be.ForceCommit(); err != nil {
 		return nil, toGRPCError(err)
 	}
@@ -174,9 +179,72 @@ func (m *maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequ
 	if t == nil || t.IsLearner {
 		return nil, rpctypes.ErrGRPCBadLeaderTransferee
 	}
-	if r.TargetID != s.id {
-		// Transfers between members arrive with the peer transport.
-		return nil, rpctypes.ErrGRPCBadLeaderTransferee
+	if err := s.moveLeader(ctx, r.TargetID); err != nil {
+		return nil, toGRPCError(err)
 	}
 	return &pb.MoveLeaderResponse{}, nil // no header, as etcd's
+}
+
+// moveLeader hands leadership to member to and waits until this member
+// sees it lead, or fails as etcd does when the transfer takes longer than
+// the request timeout.
+func (s *Server) moveLeader(ctx context.Context, to uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, s.requestTimeout())
+	defer cancel()
+	s.lg.Info("leadership transfer starting", "local-member-id", fmt.Sprintf("%x", s.id),
+		"current-leader-member-id", fmt.Sprintf("%x", s.id), "transferee-member-id", fmt.Sprintf("%x", to))
+	start := time.Now()
+	if err := s.node.TransferLeadership(ctx, to); err != nil {
+		return errLeaderTransferTimeout
+	}
+	for {
+		changed := s.node.LeaderChanged()
+		if s.node.Status().Leader == to {
+			break
+		}
+		select {
+		case <-changed:
+		case <-time.After(s.cfg.HeartbeatInterval()):
+			// raft gives up a transfer after an election timeout; ask
+			// again while there is time, as the target may have been
+			// catching up.
+			if s.node.IsLeader() {
+				_ = s.node.TransferLeadership(ctx, to)
+			}
+		case <-ctx.Done():
+			return errLeaderTransferTimeout
+		case <-s.stopping:
+			return errStopped
+		}
+	}
+	s.lg.Info("leadership transfer finished", "local-member-id", fmt.Sprintf("%x", s.id),
+		"old-leader-member-id", fmt.Sprintf("%x", s.id), "new-leader-member-id", fmt.Sprintf("%x", to), "took", time.Since(start).String())
+	return nil
+}
+
+// handOffLeadership moves the leadership, on a leader that stops, to the
+// voter it has been connected to longest, as etcd's graceful stop does,
+// so the cluster does not wait out an election timeout (and lose the
+// proposals its followers forwarded to it meanwhile). Bounded by the
+// request timeout; a failure is logged and the member stops anyway.
+func (s *Server) handOffLeadership() {
+	if s.node == nil || s.peers == nil || !s.node.IsLeader() {
+		return
+	}
+	var to uint64
+	var since time.Time
+	for _, v := range s.node.Status().Voters {
+		if v == s.id {
+			continue
+		}
+		if a := s.peers.tr.ActiveSince(v); !a.IsZero() && (to == 0 || a.Before(since)) {
+			to, since = v, a
+		}
+	}
+	if to == 0 {
+		return // alone, or no other voter is reachable
+	}
+	if err := s.moveLeader(context.Background(), to); err != nil {
+		s.lg.Warn("failed to transfer leadership before stopping", "transferee-member-id", fmt.Sprintf("%x", to), "error", err)
+	}
 }

@@ -21,9 +21,10 @@ import (
 // entry's index.
 //
 // The raft side of a change (RawNode.ApplyConfChange) is done by the raft
-// goroutine. Promoting a learner needs it to be in sync with the leader;
-// until the peer transport exists no learner ever is, so promotion is
-// refused with etcd's error.
+// goroutine; the transport's peers follow the member list (peer.go,
+// syncMembers). Promoting a learner needs it to be in sync with the
+// leader, which is not tracked yet (runtime reconfiguration), so
+// promotion is refused with etcd's error.
 
 func validPeerURLs(us []string) ([]string, error) {
 	if len(us) == 0 {
@@ -169,7 +170,7 @@ func (c *clusterServer) MemberPromote(ctx context.Context, r *pb.MemberPromoteRe
 		return nil, rpctypes.ErrGRPCMemberNotLearner
 	}
 	// A learner is ready once it has caught up with the leader's log;
-	// without a peer transport none can be.
+	// that is not tracked yet.
 	c.s.metrics.promoteFailed.WithLabelValues("etcdserver: can only promote a learner member which is in sync with leader").Inc()
 	return nil, rpctypes.ErrGRPCLearnerNotReady
 }
@@ -205,6 +206,9 @@ func (a *applier) applyConfChange(idx, term uint64, e *raftpb.Entry) {
 		return
 	}
 	s.members.ApplyConfChange(&cc, w)
+	if s.peers != nil {
+		s.peers.syncMembers()
+	}
 	if cc.GetId() != 0 {
 		s.wait.trigger(cc.GetId(), applyResult{})
 	}

@@ -333,6 +333,7 @@ func (m *metrics) register(s *Server) {
 	cs = append(cs, m.mvcc.Collectors()...)
 	cs = append(cs, m.lease.Collectors()...)
 	cs = append(cs, m.raft.Collectors()...)
+	cs = append(cs, s.peers.tr.Collectors()...)
 	cs = append(cs, stateCollectors(s)...)
 	cs = append(cs, etcdOnlyCollectors()...)
 	cs = append(cs, s.disk.collectors()...)

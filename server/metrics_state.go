@@ -70,11 +70,11 @@ func stateCollectors(s *Server) []prometheus.Collector {
 		gf("etcd_debugging", "mvcc", "slow_watcher_total", "Total number of unsynced slow watchers.",
 			func() float64 { return float64(s.watch.SlowWatcherTotal()) }),
 		gf("etcd", "mvcc", "db_total_size_in_bytes", "Total size of the underlying database physically allocated in bytes.",
-			func() float64 { return float64(s.db.Stats().FileSize) }),
+			func() float64 { return float64(s.be.DB().Stats().FileSize) }),
 		gf("etcd", "mvcc", "db_total_size_in_use_in_bytes", "Total size of the underlying database logically in use in bytes.",
-			func() float64 { return float64(s.db.Stats().InUseBytes) }),
+			func() float64 { return float64(s.be.DB().Stats().InUseBytes) }),
 		gf("etcd", "mvcc", "db_open_read_transactions", "The number of currently open read transactions",
-			func() float64 { return float64(s.db.Stats().OpenReadTxs) }),
+			func() float64 { return float64(s.be.DB().Stats().OpenReadTxs) }),
 		gf("etcd_debugging", "auth", "revision", "The current revision of auth store.", func() float64 { return float64(s.auth.Revision()) }),
 
 		// The process, as etcd's fd monitor reports it.

@@ -9,8 +9,12 @@
 // membership); the client side: serveclient.go (which address serves
 // what), listen.go (routing a connection by its first bytes), access.go
 // (etcd's HTTP access checks), http.go (health, version), debugvars.go
-// and gateway.go. Server holds the parts; each service is a small type
-// over it.
+// and gateway.go; the cluster side: bootstrap.go (static bootstrap and
+// publishing this member's attributes through raft), peer.go (the peer
+// port: raft/transport wired to the raft node), leasefwd.go (lease
+// keep-alives and time-to-live forwarded to the leader) and restore.go
+// (installing a leader's snapshot in place). Server holds the parts; each
+// service is a small type over it.
 package server
 
 import (
@@ -61,13 +65,18 @@ type Server struct {
 	alarms      *alarms
 	downgrade   downgradeState
 
+	// db is the page store opened at start. A follower that installs a
+	// leader's image swaps in another (applier.Restore): use s.be.DB()
+	// once the backend exists.
 	db      *pagestore.DB
+	dbFS    vfs.FS // the page store's file system (tests inject faults)
 	be      *mvcc.Backend
 	kv      *mvcc.Store
 	watch   *mvcc.WatchableStore
 	lessor  *lease.Lessor
 	auth    *auth.Store
 	node    *raft.Node
+	peers   *peers // the peer transport and listeners (peer.go)
 	applier *applier
 	wait    *waitRegistry
 	reqIDs  *idGenerator
@@ -110,6 +119,12 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 		readyc: make(chan struct{}), stopping: make(chan struct{}), done: make(chan struct{})}
 	defer func() {
 		if err != nil {
+			if s.peers != nil {
+				s.peers.stop()
+			}
+			if s.node != nil {
+				s.node.Stop()
+			}
 			s.closeStorage()
 		}
 	}()
@@ -122,9 +137,10 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	if err := os.MkdirAll(cfg.SnapDir(), 0o700); err != nil {
 		return nil, err
 	}
+	removeStaleSnapshotTemps(cfg.SnapDir())
 	s.metrics = newMetrics(cfg.Metrics == "extensive")
-	if s.db, err = pagestore.Open(cfg.BackendPath(), &pagestore.Options{Logger: lg, FS: hooks.dbFS,
-		OnCommit: s.metrics.observeCommitPhases}); err != nil {
+	s.dbFS = hooks.dbFS
+	if s.db, err = s.openPageStore(); err != nil {
 		return nil, fmt.Errorf("open backend %s: %w", cfg.BackendPath(), err)
 	}
 	// After the page store's lock, so a second server on this data dir
@@ -162,10 +178,10 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	}
 	s.kv = s.watch.Store
 	s.alarms = newAlarms()
-	if err := s.alarms.load(s.db); err != nil {
+	if err := s.alarms.load(s.be.DB()); err != nil {
 		return nil, err
 	}
-	if err := s.diskFull.load(s.db); err != nil {
+	if err := s.diskFull.load(s.be.DB()); err != nil {
 		return nil, err
 	}
 	if err := s.bootstrapIDs(); err != nil {
@@ -173,6 +189,14 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	}
 	s.reqIDs = newIDGenerator(s.id, time.Now())
 	s.applier = newApplier(s)
+	// The peer port is bound before raft starts, so a taken port fails
+	// the start before the WAL is created; it serves once the node runs.
+	if s.peers, err = newPeers(s); err != nil {
+		return nil, err
+	}
+	if err := s.peers.listen(); err != nil {
+		return nil, err
+	}
 	var peers []etcdraft.Peer
 	for _, m := range s.members.List() {
 		peers = append(peers, etcdraft.Peer{ID: m.ID})
@@ -183,21 +207,29 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	}
 	s.node, err = raft.Start(raft.Config{
 		ID: s.id, ClusterID: s.cluster, Peers: peers,
-		WALDir: cfg.WALDir(), StatePath: cfg.BackendPath(),
+		WALDir: cfg.WALDir(), StatePath: cfg.BackendPath(), SnapshotDir: cfg.SnapDir(),
 		WAL: &wal.Options{MaxWALs: maxWALs, Logger: lg, Metrics: s.metrics.wal,
 			GroupCommitWindow: s.disk.walGroupCommitWindow, FS: hooks.walFS},
 		TickInterval: cfg.HeartbeatInterval(), ElectionTicks: cfg.ElectionTicks(), HeartbeatTicks: 1,
 		SnapshotCount: cfg.SnapshotCount, CatchUpEntries: cfg.SnapshotCatchUpEntries,
 		PreVote:      cfg.PreVote,
 		StateMachine: s.applier,
+		Transport:    s.peers,
 		Logger:       lg,
 		Metrics:      s.metrics.raft,
 	})
 	if err != nil {
 		return nil, err
 	}
+	s.peers.serve()
 	s.metrics.register(s)
 	return s, nil
+}
+
+// openPageStore opens the page store at the backend path.
+func (s *Server) openPageStore() (*pagestore.DB, error) {
+	return pagestore.Open(s.cfg.BackendPath(), &pagestore.Options{Logger: s.lg, FS: s.dbFS,
+		OnCommit: s.metrics.observeCommitPhases})
 }
 
 // MemberInitialized reports whether cfg's data dir already holds a WAL:
@@ -235,61 +267,14 @@ func refuseForeignData(cfg *config.Config) error {
 	return nil
 }
 
-// bootstrapIDs reads the member and cluster ids from an existing WAL, or
-// derives them from the initial cluster for a new member.
-func (s *Server) bootstrapIDs() error {
-	cfg := s.cfg
-	initial, err := cfg.InitialClusterMap()
-	if err != nil {
-		return err
-	}
-	s.members = membership.NewSet()
-	persisted, err := s.members.Load(s.db)
-	if err != nil {
-		return err
-	}
-	var ids []uint64
-	for name, urls := range initial {
-		m := &Member{ID: membership.MemberID(urls, cfg.InitialClusterToken), Name: name, PeerURLs: membership.URLStrings(urls)}
-		if !persisted {
-			s.members.Add(m)
-		}
-		ids = append(ids, m.ID)
-	}
-	if wal.Exist(nil, cfg.WALDir()) {
-		if s.id, s.cluster, err = raft.ReadIDs(cfg.WALDir()); err != nil {
-			return err
-		}
-	} else {
-		self, ok := initial[cfg.Name]
-		if !ok {
-			return fmt.Errorf("couldn't find local name %q in the initial cluster configuration", cfg.Name)
-		}
-		s.id = membership.MemberID(self, cfg.InitialClusterToken)
-		s.cluster = membership.ClusterID(ids)
-	}
-	if m := s.members.Get(s.id); m != nil {
-		m.Name = cfg.Name
-		m.ClientURLs = membership.URLStrings(cfg.AdvertiseClientURLs)
-	} else {
-		s.members.Add(&Member{ID: s.id, Name: cfg.Name, PeerURLs: membership.URLStrings(cfg.AdvertisePeerURLs),
-			ClientURLs: membership.URLStrings(cfg.AdvertiseClientURLs)})
-	}
-	// Persist the membership with this member's current attributes (etcd
-	// publishes them through raft; a single member writes them directly).
-	w := s.be.BeginWrite()
-	s.members.Persist(w)
-	w.End(0, 0)
-	return nil
-}
-
 // Ready is closed once the member has a leader and has applied what was
 // committed when it started: it then serves requests.
 func (s *Server) Ready() <-chan struct{} { return s.readyc }
 
 // waitReady closes readyc when the member can serve: once it knows a
-// leader and has applied what was committed then. It wakes on raft's
-// leader-change notification.
+// leader, has applied what was committed then, and has published its
+// name and client URLs through raft (as etcd's member becomes ready only
+// once published). It wakes on raft's leader-change notification.
 func (s *Server) waitReady() {
 	for {
 		changed := s.node.LeaderChanged()
@@ -298,7 +283,9 @@ func (s *Server) waitReady() {
 			err := s.node.WaitApplied(ctx, st.Committed)
 			cancel()
 			if err == nil {
-				close(s.readyc)
+				if s.publish() {
+					close(s.readyc)
+				}
 				return
 			}
 			continue
@@ -319,14 +306,19 @@ func (s *Server) ID() uint64 { return s.id }
 // ClusterID returns the cluster id.
 func (s *Server) ClusterID() uint64 { return s.cluster }
 
-// Stop shuts the server down gracefully: listeners stop accepting, running
-// RPCs finish (up to a few seconds), raft stops, and the WAL and page
-// store are closed cleanly.
+// Stop shuts the server down gracefully: a leader first hands its
+// leadership to another member (handOffLeadership), listeners stop
+// accepting, running RPCs finish (up to a few seconds), raft stops, and
+// the WAL and page store are closed cleanly.
 func (s *Server) Stop() error {
 	var err error
 	s.stopOnce.Do(func() {
+		s.handOffLeadership()
 		close(s.stopping)
 		s.stopListeners()
+		// Before the node: nothing is stepped into a stopped node, and
+		// the transport's reports never wait for one.
+		s.peers.stop()
 		err = s.node.Stop()
 		s.bg.Wait() // after the node: a loop blocked in raft returns at once
 		if cerr := s.closeStorage(); err == nil {
@@ -354,8 +346,14 @@ func (s *Server) closeStorage() error {
 	if s.be != nil {
 		errs = append(errs, s.be.Close())
 	}
-	if s.db != nil {
-		errs = append(errs, s.db.Close())
+	// The page store in use: a follower that installed a leader's image
+	// runs on another one than it opened (applier.Restore).
+	db := s.db
+	if s.be != nil {
+		db = s.be.DB()
+	}
+	if db != nil {
+		errs = append(errs, db.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -62,7 +62,7 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, srv pb.Maintenance_S
 	if err := s.be.ForceCommit(); err != nil {
 		return toGRPCError(err)
 	}
-	tx, err := s.db.Begin(false)
+	tx, err := s.be.DB().Begin(false)
 	if err != nil {
 		return toGRPCError(err)
 	}

@@ -61,6 +61,11 @@ import (
 //   - The same fields are masked in -w fields output ("RaftTerm" : 2).
 //   - Tables are re-rendered without padding (| a | b |), since column
 //     widths follow the masked cells' original lengths.
+//   - A client-side deadline reported as "stream terminated by
+//     RST_STREAM with error code: CANCEL" (code DeadlineExceeded) ->
+//     "context deadline exceeded": which of the two gRPC's client prints
+//     depends on whether its deadline timer or the stream reset it sent
+//     is seen first, for the same request timing out.
 //   - Any other loopback host:port -> <addr>: ephemeral client ports.
 type Normalizer struct {
 	literals []literal
@@ -133,6 +138,8 @@ type IDRule = *regexp.Regexp
 
 // Normalize rewrites one output (stdout or stderr of one command).
 func (n *Normalizer) Normalize(text string, extra ...IDRule) string {
+	text = strings.ReplaceAll(text, "code = DeadlineExceeded desc = stream terminated by RST_STREAM with error code: CANCEL",
+		"code = DeadlineExceeded desc = context deadline exceeded")
 	for _, l := range n.literals {
 		text = strings.ReplaceAll(text, l.old, l.new)
 	}
@@ -573,4 +580,15 @@ func (n *Normalizer) sweep(text string) string {
 	sort.Slice(forms, func(i, j int) bool { return len(forms[i]) > len(forms[j]) })
 	re := regexp.MustCompile(`\b(?:` + strings.Join(forms, "|") + `)\b`)
 	return re.ReplaceAllStringFunc(text, func(f string) string { return n.forms[f] })
+}
+
+// AssignIDs gives ids their placeholders in the order given (<idN>,
+// <idN+1>, ...), before any output is normalized. A cluster's member ids
+// hash its peer URLs, so which member's id comes first in an id-ordered
+// listing differs per run; assigning them in member-name order makes
+// "<id1>" mean the member named m1 on both sides.
+func (n *Normalizer) AssignIDs(ids ...uint64) {
+	for _, v := range ids {
+		n.id(v)
+	}
 }

@@ -48,6 +48,12 @@ type ServerConfig struct {
 	// the binary does not log ReadyLine. Off by default: etcd accepts
 	// connections before it serves them.
 	ReadyOnPort bool
+	// PeerScheme is "http" or "https" for the peer URL. Default "http".
+	PeerScheme string
+	// InitialCluster, when set, is --initial-cluster (a member of a
+	// Cluster); the default is this member alone. Ports are then fixed:
+	// they are in the other members' flags.
+	InitialCluster string
 }
 
 // Server is a running (or stopped) member. Ports and the data dir are fixed at
@@ -79,6 +85,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Scheme == "" {
 		cfg.Scheme = "http"
 	}
+	if cfg.PeerScheme == "" {
+		cfg.PeerScheme = "http"
+	}
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 30 * time.Second
 	}
@@ -109,7 +118,7 @@ func (s *Server) pickPorts() error {
 		return err
 	}
 	s.ClientAddr = "127.0.0.1:" + strconv.Itoa(ports[0])
-	s.PeerURL = "http://127.0.0.1:" + strconv.Itoa(ports[1])
+	s.PeerURL = s.cfg.PeerScheme + "://127.0.0.1:" + strconv.Itoa(ports[1])
 	s.MetricsURL = "http://127.0.0.1:" + strconv.Itoa(ports[2])
 	s.ClientURL = s.cfg.Scheme + "://" + s.ClientAddr
 	return nil
@@ -122,7 +131,7 @@ func (s *Server) pickPorts() error {
 func (s *Server) Start() error {
 	for try := 0; ; try++ {
 		err := s.start()
-		if err == nil || try == 2 || s.starts > try+1 || !strings.Contains(err.Error(), "address already in use") {
+		if err == nil || try == 2 || s.starts > try+1 || s.cfg.InitialCluster != "" || !strings.Contains(err.Error(), "address already in use") {
 			return err
 		}
 		if err := os.RemoveAll(s.DataDir); err != nil {
@@ -152,6 +161,10 @@ func (s *Server) Pid() int {
 
 // Args is the full flag list the server is started with.
 func (s *Server) Args() []string {
+	initial := s.cfg.Name + "=" + s.PeerURL
+	if s.cfg.InitialCluster != "" {
+		initial = s.cfg.InitialCluster
+	}
 	args := []string{
 		"--name=" + s.cfg.Name,
 		"--data-dir=" + s.DataDir,
@@ -159,7 +172,7 @@ func (s *Server) Args() []string {
 		"--advertise-client-urls=" + s.ClientURL,
 		"--listen-peer-urls=" + s.PeerURL,
 		"--initial-advertise-peer-urls=" + s.PeerURL,
-		"--initial-cluster=" + s.cfg.Name + "=" + s.PeerURL,
+		"--initial-cluster=" + initial,
 		"--initial-cluster-token=strata-e2e",
 		"--initial-cluster-state=new",
 		"--listen-metrics-urls=" + s.MetricsURL,
@@ -206,13 +219,15 @@ func (s *Server) start() error {
 		s.waitErr = err
 		close(done)
 	}()
-	if err := s.waitReady(from, done); err != nil {
-		s.mu.Unlock()
+	// Not holding mu while waiting: Kill and Stop must be able to end a
+	// member that never becomes ready.
+	s.mu.Unlock()
+	err = s.waitReady(from, done)
+	if err != nil {
 		s.signalAndWait(syscall.SIGKILL, 5*time.Second)
-		s.mu.Lock()
-		return err
 	}
-	return nil
+	s.mu.Lock()
+	return err
 }
 
 // waitReady polls the log (from byte offset from on) for ReadyLine.

@@ -55,6 +55,9 @@ func (t *Transport) servePipeline(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set(hdrClusterID, t.cidStr)
+	// The sender learns from the answer's headers (peer.learn), and takes
+	// a missing feature list for a member that is not Strata.
+	w.Header().Set(hdrStrataFeatures, localFeatures)
 	if t.refuseCluster(w, r) {
 		return
 	}
@@ -177,6 +180,7 @@ func (t *Transport) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set(hdrClusterID, t.cidStr)
+	w.Header().Set(hdrStrataFeatures, localFeatures)
 	if t.refuseCluster(w, r) {
 		fail(unknownSnapshotSender)
 		return

@@ -1,0 +1,540 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/strata-db/strata/internal/poll"
+	"github.com/strata-db/strata/server/config"
+)
+
+// A 3-member cluster in one process: three real servers, each on its own
+// loopback client and peer ports, talking etcd's peer protocol through
+// raft/transport, driven over gRPC.
+
+type clusterMember struct {
+	name, dir      string
+	client, peer   string
+	args           []string
+	s              *Server
+	conn           *grpc.ClientConn
+	kv             pb.KVClient
+	lease          pb.LeaseClient
+	cluster        pb.ClusterClient
+	maint          pb.MaintenanceClient
+	logMu          sync.Mutex
+	log            strings.Builder
+	stopped        bool
+	stoppedByCrash bool
+}
+
+func (m *clusterMember) Write(p []byte) (int, error) {
+	m.logMu.Lock()
+	defer m.logMu.Unlock()
+	return m.log.Write(p)
+}
+
+func (m *clusterMember) logText() string {
+	m.logMu.Lock()
+	defer m.logMu.Unlock()
+	return m.log.String()
+}
+
+type testCluster struct {
+	t       *testing.T
+	members []*clusterMember
+}
+
+// newTestCluster starts n members with a static --initial-cluster and
+// waits until each is ready. extra flags go to every member.
+func newTestCluster(t *testing.T, n int, extra ...string) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t}
+	base := t.TempDir()
+	var initial []string
+	for i := 0; i < n; i++ {
+		m := &clusterMember{name: fmt.Sprintf("m%d", i+1), dir: filepath.Join(base, fmt.Sprintf("m%d", i+1))}
+		m.client = fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+		m.peer = fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+		initial = append(initial, m.name+"="+m.peer)
+		c.members = append(c.members, m)
+	}
+	for _, m := range c.members {
+		m.args = append([]string{"--name", m.name, "--data-dir", m.dir,
+			"--listen-client-urls", m.client, "--advertise-client-urls", m.client,
+			"--listen-peer-urls", m.peer, "--initial-advertise-peer-urls", m.peer,
+			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-token", "tc",
+			"--heartbeat-interval", "50", "--election-timeout", "500", "--disk-probe=false"}, extra...)
+	}
+	t.Cleanup(c.stopAll)
+	// Start every member before waiting for any: none is ready before a
+	// quorum runs.
+	for _, m := range c.members {
+		c.start(m)
+	}
+	for _, m := range c.members {
+		c.waitReady(m)
+	}
+	return c
+}
+
+func (c *testCluster) start(m *clusterMember) {
+	c.t.Helper()
+	cfg, err := config.Parse(m.args, nil, io.Discard)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	lg := slog.New(slog.NewTextHandler(m, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	s, err := newServer(cfg, lg, storageHooks{})
+	if err != nil {
+		c.t.Fatalf("%s: %v", m.name, err)
+	}
+	if err := s.Serve(); err != nil {
+		c.t.Fatalf("%s: %v", m.name, err)
+	}
+	m.s, m.stopped = s, false
+	m.conn, err = grpc.NewClient(strings.TrimPrefix(m.client, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	m.kv, m.lease, m.cluster, m.maint = pb.NewKVClient(m.conn), pb.NewLeaseClient(m.conn), pb.NewClusterClient(m.conn), pb.NewMaintenanceClient(m.conn)
+}
+
+func (c *testCluster) waitReady(m *clusterMember) {
+	c.t.Helper()
+	select {
+	case <-m.s.Ready():
+	case <-time.After(poll.Deadline):
+		c.t.Fatalf("%s not ready after %v; its log:\n%s", m.name, poll.Deadline, m.logText())
+	}
+}
+
+func (c *testCluster) stop(m *clusterMember) {
+	c.t.Helper()
+	if m.stopped {
+		return
+	}
+	m.stopped = true
+	m.conn.Close()
+	if err := m.s.Stop(); err != nil {
+		c.t.Errorf("%s: stop: %v", m.name, err)
+	}
+}
+
+func (c *testCluster) stopAll() {
+	for _, m := range c.members {
+		c.stop(m)
+	}
+	if c.t.Failed() {
+		for _, m := range c.members {
+			c.t.Logf("log of %s:\n%s", m.name, m.logText())
+		}
+	}
+}
+
+// restart starts a stopped member again on its data dir.
+func (c *testCluster) restart(m *clusterMember) {
+	c.t.Helper()
+	c.start(m)
+	c.waitReady(m)
+}
+
+// leader waits until the running members agree on a leader and returns it.
+func (c *testCluster) leader() *clusterMember {
+	c.t.Helper()
+	var lead *clusterMember
+	poll.Until(c.t, "the running members to agree on a leader", func() bool {
+		var id uint64
+		for _, m := range c.members {
+			if m.stopped {
+				continue
+			}
+			l := m.s.node.Status().Leader
+			if l == 0 || (id != 0 && l != id) {
+				return false
+			}
+			id = l
+		}
+		for _, m := range c.members {
+			if !m.stopped && m.s.id == id {
+				lead = m
+				return true
+			}
+		}
+		return false
+	})
+	return lead
+}
+
+func (c *testCluster) followers() []*clusterMember {
+	l := c.leader()
+	var out []*clusterMember
+	for _, m := range c.members {
+		if m != l && !m.stopped {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), poll.Deadline)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustPut(t *testing.T, m *clusterMember, k, v string) *pb.PutResponse {
+	t.Helper()
+	resp, err := m.kv.Put(ctxT(t), &pb.PutRequest{Key: []byte(k), Value: []byte(v)})
+	if err != nil {
+		t.Fatalf("put %s on %s: %v", k, m.name, err)
+	}
+	return resp
+}
+
+func getValue(t *testing.T, m *clusterMember, k string, serializable bool) string {
+	t.Helper()
+	resp, err := m.kv.Range(ctxT(t), &pb.RangeRequest{Key: []byte(k), Serializable: serializable})
+	if err != nil {
+		t.Fatalf("get %s on %s: %v", k, m.name, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return ""
+	}
+	return string(resp.Kvs[0].Value)
+}
+
+func TestClusterBootstrapAndReplication(t *testing.T) {
+	c := newTestCluster(t, 3)
+	lead := c.leader()
+	fs := c.followers()
+	if len(fs) != 2 {
+		t.Fatalf("%d followers, want 2", len(fs))
+	}
+	// Ids as etcd derives them, the same on every member.
+	for _, m := range c.members {
+		if m.s.ClusterID() != c.members[0].s.ClusterID() {
+			t.Fatalf("%s has cluster id %x, %s %x", m.name, m.s.ClusterID(), c.members[0].name, c.members[0].s.ClusterID())
+		}
+	}
+	// Every member lists every member with the name and client URLs it
+	// published through raft.
+	for _, m := range c.members {
+		poll.Until(t, m.name+" to list every member as started", func() bool {
+			resp, err := m.cluster.MemberList(ctxT(t), &pb.MemberListRequest{})
+			if err != nil || len(resp.Members) != 3 {
+				return false
+			}
+			for _, pm := range resp.Members {
+				if pm.Name == "" || len(pm.ClientURLs) != 1 {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	// A put on a follower is answered once applied there, and the other
+	// members read it, linearizably and (once applied) serializably.
+	put := mustPut(t, fs[0], "k1", "v1")
+	if got := getValue(t, fs[0], "k1", true); got != "v1" {
+		t.Fatalf("serializable get on the follower that took the put: %q, want v1", got)
+	}
+	for _, m := range []*clusterMember{lead, fs[1]} {
+		if got := getValue(t, m, "k1", false); got != "v1" {
+			t.Fatalf("linearizable get on %s: %q, want v1", m.name, got)
+		}
+	}
+	poll.Until(t, "every member to apply the put", func() bool {
+		for _, m := range c.members {
+			if m.s.kv.Rev() < put.Header.Revision {
+				return false
+			}
+		}
+		return true
+	})
+	for _, m := range c.members {
+		if got := getValue(t, m, "k1", true); got != "v1" {
+			t.Fatalf("serializable get on %s: %q, want v1", m.name, got)
+		}
+	}
+	// HashKV agrees.
+	var hashes []uint32
+	for _, m := range c.members {
+		h, err := m.maint.HashKV(ctxT(t), &pb.HashKVRequest{Revision: put.Header.Revision})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hashes = append(hashes, h.Hash)
+	}
+	if hashes[0] != hashes[1] || hashes[1] != hashes[2] {
+		t.Fatalf("HashKV differs between members: %v", hashes)
+	}
+}
+
+func TestClusterLeasesOnFollower(t *testing.T) {
+	c := newTestCluster(t, 3)
+	f := c.followers()[0]
+	ctx := ctxT(t)
+	g, err := f.lease.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Time-to-live and keep-alive on a follower are answered by the
+	// leader's lessor, forwarded over the peer port.
+	ttl, err := f.lease.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: g.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl.GrantedTTL != 30 || ttl.TTL <= 0 || ttl.TTL > 30 || ttl.Header.MemberId != f.s.id {
+		t.Fatalf("time-to-live on a follower: %+v", ttl)
+	}
+	ka, err := f.lease.LeaseKeepAlive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ka.Send(&pb.LeaseKeepAliveRequest{ID: g.ID}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := ka.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ID != g.ID || r.TTL != 30 {
+		t.Fatalf("keep-alive on a follower: %+v, want TTL 30", r)
+	}
+	// An unknown lease: TTL -1 from time-to-live, 0 from keep-alive.
+	ttl, err = f.lease.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: 12345})
+	if err != nil || ttl.TTL != -1 {
+		t.Fatalf("time-to-live of an unknown lease on a follower: %+v, %v", ttl, err)
+	}
+	if err := ka.Send(&pb.LeaseKeepAliveRequest{ID: 12345}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err = ka.Recv(); err != nil || r.TTL != 0 {
+		t.Fatalf("keep-alive of an unknown lease on a follower: %+v, %v", r, err)
+	}
+	ka.CloseSend()
+	// Every member lists the lease.
+	for _, m := range c.members {
+		ls, err := m.lease.LeaseLeases(ctx, &pb.LeaseLeasesRequest{})
+		if err != nil || len(ls.Leases) != 1 || ls.Leases[0].ID != g.ID {
+			t.Fatalf("leases on %s: %+v, %v", m.name, ls, err)
+		}
+	}
+	// Only the leader expires leases: a short lease granted on a
+	// follower is revoked (through raft) on every member.
+	short, err := f.lease.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.kv.Put(ctx, &pb.PutRequest{Key: []byte("leased"), Value: []byte("v"), Lease: short.ID}); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range c.members {
+		poll.Until(t, "the leased key to expire on "+m.name, func() bool {
+			resp, err := m.kv.Range(ctx, &pb.RangeRequest{Key: []byte("leased"), Serializable: true})
+			return err == nil && len(resp.Kvs) == 0
+		})
+	}
+}
+
+func TestClusterFailoverAndCatchUp(t *testing.T) {
+	c := newTestCluster(t, 3)
+	old := c.leader()
+	mustPut(t, old, "before", "1")
+	c.stop(old)
+	// A new leader among the two others; writes continue through them.
+	lead := c.leader()
+	if lead == old {
+		t.Fatal("the stopped member is still the leader")
+	}
+	for i := 0; i < 20; i++ {
+		mustPut(t, c.followers()[0], fmt.Sprintf("after/%02d", i), "x")
+	}
+	last := mustPut(t, lead, "last", "y")
+	// The stopped member restarts and catches up from the leader's log.
+	c.restart(old)
+	poll.Until(t, "the restarted member to catch up", func() bool { return old.s.kv.Rev() >= last.Header.Revision })
+	if got := getValue(t, old, "last", false); got != "y" {
+		t.Fatalf("the restarted member reads %q, want y", got)
+	}
+}
+
+func TestClusterQuorumLoss(t *testing.T) {
+	c := newTestCluster(t, 3)
+	mustPut(t, c.leader(), "k", "v")
+	fs := c.followers()
+	c.stop(fs[0])
+	c.stop(fs[1])
+	survivor := c.members[0]
+	for _, m := range c.members {
+		if !m.stopped {
+			survivor = m
+		}
+	}
+	// The lone member steps down (CheckQuorum) and has no leader.
+	poll.Until(t, "the lone member to step down", func() bool { return survivor.s.node.Status().Leader == 0 })
+	ctx, cancel := context.WithTimeout(context.Background(), poll.Deadline)
+	defer cancel()
+	// As etcd: a write waits for a leader until the request times out
+	// (with the context's error), a linearizable read until its read
+	// index times out.
+	_, err := survivor.kv.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("w")})
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("put without quorum: %v, want DeadlineExceeded", err)
+	}
+	_, err = survivor.kv.Range(ctx, &pb.RangeRequest{Key: []byte("k")})
+	wantErr(t, err, rpctypes.ErrGRPCTimeout)
+	st, err := survivor.maint.Status(ctx, &pb.StatusRequest{})
+	if err != nil || len(st.Errors) != 1 || st.Errors[0] != "etcdserver: no leader" {
+		t.Fatalf("status without quorum: %v, %v; want the error etcdserver: no leader", st, err)
+	}
+	// Serializable reads are still served.
+	if got := getValue(t, survivor, "k", true); got != "v" {
+		t.Fatalf("serializable read without quorum: %q, want v", got)
+	}
+	// A write sent while there is no quorum succeeds once the quorum
+	// returns in time.
+	done := make(chan error, 1)
+	go func() {
+		_, err := survivor.kv.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("w")})
+		done <- err
+	}()
+	for _, m := range c.members {
+		if m.stopped {
+			c.start(m)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("a put waiting for a leader when the quorum returned: %v", err)
+	}
+	if got := getValue(t, survivor, "k", false); got != "w" {
+		t.Fatalf("after recovery: %q, want w", got)
+	}
+}
+
+// A member stopped while more than --snapshot-count entries are written
+// (and the leader compacted its log past them) catches up by snapshot:
+// the leader streams its page-store image over the peer port, the member
+// installs it in place, and then follows the log again.
+func TestClusterSnapshotCatchUp(t *testing.T) {
+	c := newTestCluster(t, 3, "--snapshot-count", "50", "--snapshot-catchup-entries", "10")
+	lead := c.leader()
+	lagging := c.followers()[0]
+	g, err := lead.lease.LeaseGrant(ctxT(t), &pb.LeaseGrantRequest{TTL: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, lead, "gone", "x")
+	c.stop(lagging)
+	for i := 0; i < 200; i++ {
+		mustPut(t, lead, fmt.Sprintf("k/%03d", i), fmt.Sprint(i))
+	}
+	if _, err := lead.kv.DeleteRange(ctxT(t), &pb.DeleteRangeRequest{Key: []byte("gone")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lead.kv.Put(ctxT(t), &pb.PutRequest{Key: []byte("leased"), Value: []byte("v"), Lease: g.ID}); err != nil {
+		t.Fatal(err)
+	}
+	last := mustPut(t, lead, "last", "y")
+	c.restart(lagging)
+	poll.Until(t, "the lagging member to catch up", func() bool { return lagging.s.kv.Rev() >= last.Header.Revision })
+	if !strings.Contains(lagging.logText(), "restored the state from a leader's snapshot") {
+		t.Fatalf("the lagging member caught up without a snapshot; its log:\n%s", lagging.logText())
+	}
+	if !strings.Contains(lead.logText(), "sent database snapshot") {
+		t.Fatalf("the leader's log does not show the snapshot it sent:\n%s", lead.logText())
+	}
+	// The restored member has the leader's data, leases and members, and
+	// keeps following the log.
+	after := mustPut(t, lead, "after", "z")
+	poll.Until(t, "the restored member to apply a later put", func() bool { return lagging.s.kv.Rev() >= after.Header.Revision })
+	for _, k := range []string{"k/000", "k/199", "last", "after", "leased"} {
+		if got := getValue(t, lagging, k, true); got == "" {
+			t.Fatalf("key %s missing on the restored member", k)
+		}
+	}
+	if got := getValue(t, lagging, "gone", true); got != "" {
+		t.Fatalf("deleted key still on the restored member: %q", got)
+	}
+	if ids := lagging.s.lessor.Leases(); len(ids) != 1 || ids[0] != g.ID {
+		t.Fatalf("leases on the restored member: %v, want [%x]", ids, g.ID)
+	}
+	if n := len(lagging.s.members.List()); n != 3 {
+		t.Fatalf("%d members on the restored member, want 3", n)
+	}
+	h := func(m *clusterMember) uint32 {
+		r, err := m.maint.HashKV(ctxT(t), &pb.HashKVRequest{Revision: after.Header.Revision})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Hash
+	}
+	if a, b := h(lead), h(lagging); a != b {
+		t.Fatalf("HashKV: leader %d, restored member %d", a, b)
+	}
+}
+
+// A leader that stops gracefully hands its leadership to another member
+// first, as etcd's does: when Stop returns, the others already follow a
+// new leader (no election timeout to wait out, no proposal forwarded to a
+// member that is gone), and a write through a follower goes through.
+func TestClusterLeaderHandsOffOnStop(t *testing.T) {
+	c := newTestCluster(t, 3)
+	old := c.leader()
+	mustPut(t, old, "k", "v")
+	c.stop(old)
+	// Without the hand-off the others would need an election timeout
+	// (500 ms and more) to notice the leader is gone and elect another.
+	var lead *clusterMember
+	for _, m := range c.members {
+		if m != old && m.s.node.IsLeader() {
+			lead = m
+		}
+	}
+	if lead == nil {
+		t.Fatal("right after the leader stopped, no other member leads")
+	}
+	if !strings.Contains(old.logText(), "leadership transfer finished") {
+		t.Fatalf("the stopping leader did not log its transfer:\n%s", old.logText())
+	}
+	mustPut(t, c.followers()[0], "k", "w")
+}
+
+// MoveLeader hands leadership to the member named; on a follower it is
+// refused with etcd's error.
+func TestClusterMoveLeader(t *testing.T) {
+	c := newTestCluster(t, 3)
+	lead := c.leader()
+	to := c.followers()[0]
+	if _, err := to.maint.MoveLeader(ctxT(t), &pb.MoveLeaderRequest{TargetID: lead.s.id}); err == nil {
+		t.Fatal("MoveLeader on a follower succeeded")
+	} else {
+		wantErr(t, err, rpctypes.ErrGRPCNotLeader)
+	}
+	if _, err := lead.maint.MoveLeader(ctxT(t), &pb.MoveLeaderRequest{TargetID: to.s.id}); err != nil {
+		t.Fatal(err)
+	}
+	if l := c.leader(); l != to {
+		t.Fatalf("%s leads after moving the leadership to %s", l.name, to.name)
+	}
+	if _, err := to.maint.MoveLeader(ctxT(t), &pb.MoveLeaderRequest{TargetID: 12345}); err == nil {
+		t.Fatal("MoveLeader to an unknown member succeeded")
+	} else {
+		wantErr(t, err, rpctypes.ErrGRPCBadLeaderTransferee)
+	}
+}

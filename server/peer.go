@@ -1,0 +1,308 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/strata-db/strata/membership"
+	"github.com/strata-db/strata/raft"
+	"github.com/strata-db/strata/raft/transport"
+)
+
+// The peer side of the member: raft/transport on --listen-peer-urls,
+// connected to the raft node both ways.
+//
+//   - out: raft's Ready messages go to Transport.Send; a MsgSnap and its
+//     page-store image (raft.OutgoingSnapshot) are parked in outgoing
+//     until the transport's snapshot sender opens them (Snapshots.Open).
+//   - in: the transport hands received messages to Process, which steps
+//     them into the node; a MsgSnap arrives after its image was written,
+//     fsync'd and renamed to receivePath in the snapshot directory (the
+//     transport does that), and is stepped with StepSnapshot, which owns
+//     the file from then on.
+//   - reports: the transport's unreachable and snapshot reports go to the
+//     node (ReportUnreachable, ReportSnapshot).
+//
+// The peer port also serves /members, /version, and the lease forwarding
+// endpoints (leasefwd.go) that a follower's keep-alives reach the leader
+// through.
+
+// peers owns the transport and the peer listeners.
+type peers struct {
+	s  *Server
+	tr *transport.Transport
+	// rt dials other members' peer ports for requests outside the
+	// transport (lease forwarding, /members at bootstrap), with the peer
+	// client TLS.
+	rt *http.Transport
+
+	// mu guards outgoing: at most one parked snapshot per follower (raft
+	// has at most one in flight per follower). A payload the transport
+	// never opened (it dropped the MsgSnap) is closed when the next one
+	// for that follower replaces it, or at stop.
+	mu       sync.Mutex
+	outgoing map[uint64]raft.OutgoingSnapshot
+	stopped  bool
+
+	listeners []net.Listener
+	srvs      []*http.Server
+}
+
+// newPeers creates the transport; start adds the peers and serves.
+func newPeers(s *Server) (*peers, error) {
+	cfg := s.cfg
+	clientTLS, err := cfg.PeerClientTLS()
+	if err != nil {
+		return nil, fmt.Errorf("peer TLS: %w", err)
+	}
+	p := &peers{s: s, outgoing: map[uint64]raft.OutgoingSnapshot{}}
+	p.tr, err = transport.New(transport.Config{
+		ID: s.id, ClusterID: s.cluster,
+		URLs:      membership.URLStrings(cfg.AdvertisePeerURLs),
+		Raft:      peerRaft{p},
+		Snapshots: peerSnapshots{p},
+		ClientTLS: clientTLS,
+		Logger:    s.lg,
+		// etcd dials a peer for up to 1 s plus the election timeout.
+		DialTimeout: time.Second + cfg.ElectionTimeout(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.rt = &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: time.Second + cfg.ElectionTimeout()}).DialContext,
+		TLSClientConfig:     clientTLS,
+		TLSHandshakeTimeout: 10 * time.Second,
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     time.Minute,
+	}
+	return p, nil
+}
+
+// listen binds every peer URL, so a taken port fails the start before
+// raft runs.
+func (p *peers) listen() error {
+	cfg := p.s.cfg
+	var tlsCfg *tls.Config
+	for _, u := range cfg.ListenPeerURLs {
+		if u.Scheme == "https" && tlsCfg == nil {
+			base, err := cfg.PeerTLS()
+			if err != nil {
+				return fmt.Errorf("peer TLS: %w", err)
+			}
+			if base == nil {
+				return fmt.Errorf("listen on peer url %s: https needs --peer-cert-file and --peer-key-file, or --peer-auto-tls", u.String())
+			}
+			tlsCfg = transport.ServerTLS(base, cfg.PeerSecurity.SkipClientSANVerify)
+		}
+	}
+	for _, u := range cfg.ListenPeerURLs {
+		l, err := listen(u)
+		if err != nil {
+			p.closeListeners()
+			return fmt.Errorf("listen on peer url %s: %w", u.String(), err)
+		}
+		if u.Scheme == "https" {
+			l = tls.NewListener(l, tlsCfg)
+		}
+		p.listeners = append(p.listeners, l)
+	}
+	return nil
+}
+
+// serve adds every other member as a peer and serves the peer port.
+func (p *peers) serve() {
+	s := p.s
+	p.syncMembers()
+	h := transport.NewPeerHandler(transport.PeerHandlerConfig{
+		Transport: p.tr,
+		Members:   s.members.List,
+		Versions:  func() (string, string) { return ClusterVersion, ClusterVersion },
+		Extra: map[string]http.Handler{
+			leasePath:         leaseHandler{s},
+			leaseInternalPath: leaseHandler{s},
+		},
+	})
+	for i, l := range p.listeners {
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: nil}
+		p.srvs = append(p.srvs, srv)
+		go srv.Serve(l)
+		s.lg.Info("serving peer traffic", "address", s.cfg.ListenPeerURLs[i].String())
+	}
+}
+
+// syncMembers makes the transport's peers the current members (but
+// this one). Called at start and after each applied membership change.
+func (p *peers) syncMembers() {
+	s := p.s
+	for _, m := range s.members.List() {
+		if m.ID == s.id {
+			continue
+		}
+		if err := p.tr.AddPeer(m.ID, m.PeerURLs); err != nil {
+			s.lg.Warn("cannot add peer", "remote-peer-id", transport.FormatID(m.ID), "error", err)
+			continue
+		}
+		if err := p.tr.UpdatePeer(m.ID, m.PeerURLs); err != nil {
+			s.lg.Warn("cannot update peer", "remote-peer-id", transport.FormatID(m.ID), "error", err)
+		}
+	}
+	for _, id := range s.members.Removed() {
+		if _, ok := p.tr.PeerStatus(id); ok {
+			p.tr.RemovePeer(id)
+		}
+	}
+}
+
+// stop stops the peer listeners and the transport. Called before the
+// raft node stops, so nothing steps into a stopped node.
+func (p *peers) stop() {
+	// The transport first: it ends the streams, whose handlers would
+	// otherwise hold the HTTP servers' shutdown until its deadline.
+	p.tr.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for _, srv := range p.srvs {
+		if srv.Shutdown(ctx) != nil {
+			srv.Close()
+		}
+	}
+	p.closeListeners()
+	p.rt.CloseIdleConnections()
+	p.mu.Lock()
+	p.stopped = true
+	out := p.outgoing
+	p.outgoing = map[uint64]raft.OutgoingSnapshot{}
+	p.mu.Unlock()
+	for _, o := range out {
+		o.Payload.Close()
+	}
+}
+
+func (p *peers) closeListeners() {
+	for _, l := range p.listeners {
+		l.Close()
+	}
+}
+
+// Send is raft.Transport's: messages other than MsgSnap.
+func (p *peers) Send(msgs []*raftpb.Message) { p.tr.Send(msgs) }
+
+// SendSnapshot is raft.Transport's: the MsgSnap is parked with its payload
+// and handed to the transport, whose snapshot sender takes the payload
+// back through peerSnapshots.Open.
+func (p *peers) SendSnapshot(o raft.OutgoingSnapshot) {
+	to := o.Message.GetTo()
+	p.mu.Lock()
+	if p.stopped {
+		p.mu.Unlock()
+		o.Payload.Close()
+		p.s.node.ReportSnapshot(to, etcdraft.SnapshotFailure)
+		return
+	}
+	old, had := p.outgoing[to]
+	p.outgoing[to] = o
+	p.mu.Unlock()
+	if had {
+		old.Payload.Close()
+	}
+	p.tr.Send([]*raftpb.Message{o.Message})
+}
+
+// peerRaft is the node as the transport sees it.
+type peerRaft struct{ p *peers }
+
+// textRemovedMember is etcd's refusal of a message from a removed member
+// (403), which tells the sender it was removed.
+const textRemovedMember = "cannot process message from removed member"
+
+func (r peerRaft) Process(ctx context.Context, m *raftpb.Message) error {
+	s := r.p.s
+	if s.members.IsRemoved(m.GetFrom()) {
+		if m.GetType() == raftpb.MsgSnap {
+			_ = os.Remove(receivePath(s.cfg.SnapDir(), m))
+		}
+		return &transport.RefusedError{Code: http.StatusForbidden, Message: textRemovedMember}
+	}
+	if m.GetType() == raftpb.MsgSnap {
+		s.lg.Info("received a snapshot from the leader; installing it", "from", transport.FormatID(m.GetFrom()),
+			"index", m.GetSnapshot().GetMetadata().GetIndex())
+		return s.node.StepSnapshot(ctx, m, receivePath(s.cfg.SnapDir(), m))
+	}
+	return s.node.Step(ctx, m)
+}
+
+func (r peerRaft) IsIDRemoved(id uint64) bool { return r.p.s.members.IsRemoved(id) }
+
+func (r peerRaft) ReportUnreachable(id uint64) { r.p.s.node.ReportUnreachable(id) }
+
+func (r peerRaft) ReportSnapshot(id uint64, st etcdraft.SnapshotStatus) {
+	r.p.s.node.ReportSnapshot(id, st)
+}
+
+// peerSnapshots gives the transport the images that follow MsgSnaps.
+type peerSnapshots struct{ p *peers }
+
+// errEtcdPeerSnapshot: an etcd member expects a bbolt database after a
+// MsgSnap, which a Strata leader does not produce yet.
+var errEtcdPeerSnapshot = errors.New("server: the follower is not a Strata member; it cannot install a page-store snapshot")
+
+func (ps peerSnapshots) Open(m *raftpb.Message, peer transport.PeerInfo) (io.ReadCloser, int64, error) {
+	p := ps.p
+	p.mu.Lock()
+	o, ok := p.outgoing[m.GetTo()]
+	if ok && o.Message == m {
+		delete(p.outgoing, m.GetTo())
+	} else {
+		ok = false
+	}
+	p.mu.Unlock()
+	if !ok {
+		return nil, 0, fmt.Errorf("server: no image for the snapshot at %d to %s", m.GetSnapshot().GetMetadata().GetIndex(), transport.FormatID(m.GetTo()))
+	}
+	if !peer.Strata {
+		o.Payload.Close()
+		return nil, 0, errEtcdPeerSnapshot
+	}
+	return o.Payload, o.Size, nil
+}
+
+func (ps peerSnapshots) ReceivePath(m *raftpb.Message) (string, error) {
+	return receivePath(ps.p.s.cfg.SnapDir(), m), nil
+}
+
+// receivePath is where the image received with MsgSnap m is stored until
+// raft installs it (raft.StepSnapshot renames it to its final name). The
+// name ends in raft.ImagePartSuffix, so Start removes one a crash left.
+func receivePath(snapDir string, m *raftpb.Message) string {
+	return filepath.Join(snapDir, fmt.Sprintf("recv-%016x-%016x%s", m.GetFrom(), m.GetSnapshot().GetMetadata().GetIndex(), raft.ImagePartSuffix))
+}
+
+// removeStaleSnapshotTemps removes the temporary files of transfers a
+// crash cut short (the transport writes "<receivePath>.tmp-<random>").
+func removeStaleSnapshotTemps(snapDir string) {
+	ents, err := os.ReadDir(snapDir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "recv-") && strings.Contains(e.Name(), raft.ImagePartSuffix+".tmp-") {
+			_ = os.Remove(filepath.Join(snapDir, e.Name()))
+		}
+	}
+}
