@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -139,7 +141,7 @@ func (p *peers) serve() {
 	})
 	for i, l := range p.listeners {
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog: nil}
+			ErrorLog: log.New(peerServerLog{s}, "", 0)}
 		p.srvs = append(p.srvs, srv)
 		go srv.Serve(l)
 		s.lg.Info("serving peer traffic", "address", s.cfg.ListenPeerURLs[i].String())
@@ -305,4 +307,26 @@ func removeStaleSnapshotTemps(snapDir string) {
 			_ = os.Remove(filepath.Join(snapDir, e.Name()))
 		}
 	}
+}
+
+// peerServerLog receives the peer HTTP servers' own messages. net/http
+// reports a failed TLS handshake only there ("http: TLS handshake error
+// from ADDR: ERR"); it is logged as etcd logs a refused peer, so a member
+// with a wrong certificate shows up with its address and the reason.
+// Handshakes the client abandons (EOF: probes) stay at debug, as in etcd.
+type peerServerLog struct{ s *Server }
+
+func (p peerServerLog) Write(b []byte) (int, error) {
+	msg := strings.TrimSpace(string(b))
+	if rest, ok := strings.CutPrefix(msg, "http: TLS handshake error from "); ok {
+		addr, cause, _ := strings.Cut(rest, ": ")
+		level := slog.LevelWarn
+		if strings.HasSuffix(cause, "EOF") {
+			level = slog.LevelDebug
+		}
+		p.s.lg.Log(context.Background(), level, "rejected connection on peer endpoint", "remote-addr", addr, "error", cause)
+		return len(b), nil
+	}
+	p.s.lg.Debug("peer http server", "message", msg)
+	return len(b), nil
 }
