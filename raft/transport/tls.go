@@ -18,7 +18,8 @@ import (
 // timed-out connection must not go back to the pool. Without them
 // (pipeline, snapshots, probes) idle connections are kept for reuse.
 func newRoundTripper(tlsCfg *tls.Config, dial, rd, wr time.Duration) *http.Transport {
-	d := &net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second}
+	nd := &net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second}
+	d := dialer{nd}
 	tr := &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
 		TLSClientConfig:     tlsCfg,
@@ -39,6 +40,16 @@ func newRoundTripper(tlsCfg *tls.Config, dial, rd, wr time.Duration) *http.Trans
 		tr.DialContext = d.DialContext
 	}
 	return tr
+}
+
+// dialer dials TCP, or the unix socket of a unix(s):// peer URL.
+type dialer struct{ d *net.Dialer }
+
+func (d dialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	if _, ok := unixHosts.Load(addr); ok {
+		return d.d.DialContext(ctx, "unix", addr)
+	}
+	return d.d.DialContext(ctx, network, addr)
 }
 
 // timeoutConn sets a deadline before every Read and Write.

@@ -354,6 +354,10 @@ func (t *Transport) addRemoteFromHeader(h http.Header) {
 	}
 }
 
+// unixHosts holds the host parts of unix(s):// peer URLs seen, which the
+// dialer connects to as unix sockets instead of TCP addresses.
+var unixHosts sync.Map
+
 func parseURLs(urls []string) ([]url.URL, error) {
 	if len(urls) == 0 {
 		return nil, errors.New("transport: no peer URLs")
@@ -364,8 +368,22 @@ func parseURLs(urls []string) ([]url.URL, error) {
 		if err != nil {
 			return nil, fmt.Errorf("transport: bad peer URL %q: %w", s, err)
 		}
-		if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("transport: bad peer URL %q: want http(s)://host:port", s)
+		switch u.Scheme {
+		case "unix", "unixs":
+			// etcd's unix-socket peer URLs: HTTP over the socket named by
+			// the host part ("unix://etcd.unix:1" is the file etcd.unix:1).
+			if u.Scheme == "unix" {
+				u.Scheme = "http"
+			} else {
+				u.Scheme = "https"
+			}
+			unixHosts.Store(u.Host, true)
+		case "http", "https":
+		default:
+			u.Host = ""
+		}
+		if u.Host == "" {
+			return nil, fmt.Errorf("transport: bad peer URL %q: want http(s)://host:port or unix(s)://path", s)
 		}
 		u.Path = ""
 		out = append(out, *u)
