@@ -1,47 +1,14 @@
 package server
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
-
-// lockedBuffer is a log sink the server's goroutines share with the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// records returns the JSON records whose msg is msg.
-func (l *lockedBuffer) records(t *testing.T, msg string) []map[string]any {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(l.b.String()), "\n") {
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(line), &rec); err != nil {
-			t.Fatalf("%v: %s", err, line)
-		}
-		if rec["msg"] == msg {
-			out = append(out, rec)
-		}
-	}
-	return out
-}
 
 // TestRequestStats: with --warning-unary-request-duration below every
 // request's time, each unary request is logged as etcd's "request stats"
@@ -54,8 +21,8 @@ func TestRequestStats(t *testing.T) {
 		want      bool
 	}{{"1us", true}, {"5m", false}} {
 		t.Run(tc.threshold, func(t *testing.T) {
-			var buf lockedBuffer
-			lg := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			var buf jsonLog
+			lg := buf.logger()
 			cp, pp := freePort(t), freePort(t)
 			client, peer := fmt.Sprintf("http://127.0.0.1:%d", cp), fmt.Sprintf("http://127.0.0.1:%d", pp)
 			args := []string{"--name", "m1", "--data-dir", filepath.Join(t.TempDir(), "d"),

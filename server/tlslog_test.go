@@ -2,7 +2,6 @@ package server
 
 import (
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,8 +17,8 @@ func TestTrustedCAFileDemandsClientCert(t *testing.T) {
 	pki := newTestPKI(t)
 	cert, key := pki.issue(t, "server", "")
 	anonCert, anonKey := pki.issue(t, "anon", "")
-	var buf lockedBuffer
-	lg := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var buf jsonLog
+	lg := buf.logger()
 	cp, pp := freePort(t), freePort(t)
 	client, peer := fmt.Sprintf("https://127.0.0.1:%d", cp), fmt.Sprintf("http://127.0.0.1:%d", pp)
 	m := startHooked(t, []string{"--name", "m1", "--data-dir", filepath.Join(t.TempDir(), "d"),
@@ -53,8 +52,8 @@ func TestTrustedCAFileDemandsClientCert(t *testing.T) {
 func TestPeerHandshakeRejectedLogged(t *testing.T) {
 	pki := newTestPKI(t)
 	cert, key := pki.issue(t, "server", "")
-	var buf lockedBuffer
-	lg := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var buf jsonLog
+	lg := buf.logger()
 	cp, pp := freePort(t), freePort(t)
 	client, peer := fmt.Sprintf("http://127.0.0.1:%d", cp), fmt.Sprintf("https://127.0.0.1:%d", pp)
 	m := startHooked(t, []string{"--name", "m1", "--data-dir", filepath.Join(t.TempDir(), "d"),
