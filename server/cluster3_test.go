@@ -57,13 +57,20 @@ func (m *clusterMember) logText() string {
 type testCluster struct {
 	t       *testing.T
 	members []*clusterMember
+	hooks   storageHooks // every member's
 }
 
 // newTestCluster starts n members with a static --initial-cluster and
 // waits until each is ready. extra flags go to every member.
 func newTestCluster(t *testing.T, n int, extra ...string) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t}
+	return newTestClusterHooked(t, n, storageHooks{}, extra...)
+}
+
+// newTestClusterHooked is newTestCluster with hooks for every member.
+func newTestClusterHooked(t *testing.T, n int, hooks storageHooks, extra ...string) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, hooks: hooks}
 	base := t.TempDir()
 	var initial []string
 	for i := 0; i < n; i++ {
@@ -99,7 +106,7 @@ func (c *testCluster) start(m *clusterMember) {
 		c.t.Fatal(err)
 	}
 	lg := slog.New(slog.NewTextHandler(m, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	s, err := newServer(cfg, lg, storageHooks{})
+	s, err := newServer(cfg, lg, c.hooks)
 	if err != nil {
 		c.t.Fatalf("%s: %v", m.name, err)
 	}
@@ -537,4 +544,78 @@ func TestClusterMoveLeader(t *testing.T) {
 	} else {
 		wantErr(t, err, rpctypes.ErrGRPCBadLeaderTransferee)
 	}
+}
+
+// TestClusterLeaseRemainingTTLSurvivesLeaderChange: the leader checkpoints
+// each long lease's remaining TTL through raft, so a new leader (and a
+// restarted cluster) restarts the lease's clock from what was left, not
+// from the granted TTL. Without checkpoints the new leader would answer
+// the full 20 s again.
+func TestClusterLeaseRemainingTTLSurvivesLeaderChange(t *testing.T) {
+	const granted = 20
+	c := newTestClusterHooked(t, 3, storageHooks{leaseCheckpointInterval: time.Second})
+	lead := c.leader()
+	g, err := lead.lease.LeaseGrant(ctxT(t), &pb.LeaseGrantRequest{TTL: granted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// checkpointed waits until every running member has applied a
+	// checkpoint of at most below seconds and returns the largest one.
+	checkpointed := func(below int64) int64 {
+		var most int64
+		poll.Until(t, fmt.Sprintf("a checkpoint of at most %d s on every member", below), func() bool {
+			most = 0
+			for _, m := range c.members {
+				if m.stopped {
+					continue
+				}
+				info, ok := m.s.lessor.Lookup(g.ID)
+				if !ok || info.RemainingTTL <= 0 || info.RemainingTTL > below {
+					return false
+				}
+				most = max(most, info.RemainingTTL)
+			}
+			return true
+		})
+		return most
+	}
+	cp := checkpointed(granted - 3)
+	to := c.followers()[0]
+	if _, err := lead.maint.MoveLeader(ctxT(t), &pb.MoveLeaderRequest{TargetID: to.s.id}); err != nil {
+		t.Fatal(err)
+	}
+	if l := c.leader(); l != to {
+		t.Fatalf("%s leads after moving the leadership to %s", l.name, to.name)
+	}
+	ttl, err := to.lease.LeaseTimeToLive(ctxT(t), &pb.LeaseTimeToLiveRequest{ID: g.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The new leader's clock starts from the checkpoint plus the election
+	// timeout (0.5 s), truncated to whole seconds.
+	if ttl.GrantedTTL != granted || ttl.TTL <= 0 || ttl.TTL > cp {
+		t.Fatalf("after the leader change: TTL %d (granted %d), want 1..%d (the last checkpoint)", ttl.TTL, ttl.GrantedTTL, cp)
+	}
+	t.Logf("remaining TTL after the leader change: %d s (checkpoint %d s, granted %d s)", ttl.TTL, cp, granted)
+
+	// Checkpoints are persisted: a full restart keeps them too.
+	cp = checkpointed(ttl.TTL - 2)
+	for _, m := range c.members {
+		c.stop(m)
+	}
+	for _, m := range c.members {
+		c.start(m)
+	}
+	for _, m := range c.members {
+		c.waitReady(m)
+	}
+	lead = c.leader()
+	ttl, err = lead.lease.LeaseTimeToLive(ctxT(t), &pb.LeaseTimeToLiveRequest{ID: g.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl.TTL <= 0 || ttl.TTL > cp {
+		t.Fatalf("after a restart of every member: TTL %d, want 1..%d (the last checkpoint)", ttl.TTL, cp)
+	}
+	t.Logf("remaining TTL after a full restart: %d s (checkpoint %d s)", ttl.TTL, cp)
 }
