@@ -152,8 +152,12 @@ bench-engine:
 	STRATA_BENCH_CACHE=$${STRATA_BENCH_CACHE:-$$($(GO) env GOCACHE)/strata-bench-cache} \
 	$(GO) test ./bench/engine -run '^$$' -bench BenchmarkEngine -benchtime 1x -timeout 120m
 
+# NODES=3 compares a 3-member strata cluster with a 3-member etcd 3.7.3
+# cluster (both on this machine's disk); ROUNDS, TOTAL1, TOTAL100 and
+# TOTAL1000 from the environment tune it (bench/compare.sh).
+NODES ?= 1
 bench-compare: build e2e-bin
-	bash bench/compare.sh
+	NODES=$(NODES) bash bench/compare.sh
 
 # stratabench and etcd's benchmark tool against one strata server, req/s
 # side by side (a timing ratio, so a benchmark and not part of make test).
