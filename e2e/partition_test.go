@@ -23,10 +23,12 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -272,21 +274,6 @@ func (w *writers) ackedSince(member string, t0 time.Time) int {
 	})
 }
 
-// ackedWhileCut are the puts sent to member after the fault took effect
-// (from) and acknowledged before the heal began (to): a member that cannot
-// get a byte to a quorum must have none.
-func (w *writers) ackedWhileCut(member string, from, to time.Time) []*putRec {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var out []*putRec
-	for _, r := range w.recs {
-		if r.member == member && r.start.After(from) && !r.end.IsZero() && r.end.Before(to) && r.err == nil {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // waitStepDown waits until m neither leads by its own account (Status)
 // nor by its metric etcd_server_is_leader.
 func waitStepDown(t *testing.T, c *harness.Cluster, m *harness.Server) {
@@ -351,30 +338,6 @@ func verifyConverged(t *testing.T, c *harness.Cluster, w *writers, pc partitionC
 		target = "etcd"
 	}
 
-	var cutMembers []string
-	cutSent, cutAcked, cutPending, cutLaterAcked := 0, 0, 0, 0
-	for _, cw := range pc.cuts {
-		cutMembers = append(cutMembers, cw.member)
-		within := func(r *putRec) bool {
-			return r.member == cw.member && r.start.After(cw.from) && r.start.Before(cw.to)
-		}
-		cutSent += w.count(within)
-		cutPending += w.count(func(r *putRec) bool { return within(r) && (r.end.IsZero() || r.end.After(cw.to)) })
-		bad := w.ackedWhileCut(cw.member, cw.from, cw.to)
-		cutAcked += len(bad)
-		for i, r := range bad {
-			if i == 5 {
-				t.Errorf("... and %d more", len(bad)-5)
-				break
-			}
-			t.Errorf("%s, cut off from a quorum, acknowledged put %s (revision %d, sent %v after the fault, answered %v before the heal)",
-				cw.member, r.key, r.rev, r.start.Sub(cw.from), cw.to.Sub(r.end))
-		}
-	}
-	pendingAtHeal := w.count(func(r *putRec) bool {
-		return r.start.Before(pc.healAt) && (r.end.IsZero() || r.end.After(pc.healAt))
-	})
-
 	// Every member's writer gets a put through after the heal: all are
 	// part of the cluster again.
 	for _, m := range c.Members {
@@ -383,11 +346,6 @@ func verifyConverged(t *testing.T, c *harness.Cluster, w *writers, pc partitionC
 		})
 	}
 	w.halt()
-	for _, cw := range pc.cuts {
-		cutLaterAcked += w.count(func(r *putRec) bool {
-			return r.member == cw.member && r.start.After(cw.from) && r.start.Before(cw.to) && r.end.After(cw.to) && r.err == nil
-		})
-	}
 	// Whether the members caught up by snapshot (through the proxies).
 	snaps := 0
 	for _, m := range c.Members {
@@ -403,8 +361,10 @@ func verifyConverged(t *testing.T, c *harness.Cluster, w *writers, pc partitionC
 	}
 	rev := resp.Header.Revision
 	kvs := make([]map[string]*kvAt, len(c.Members))
+	var names []string
 	var hashes []uint32
 	for i, m := range c.Members {
+		names = append(names, m.Name())
 		waitRev(t, m, rev)
 		cli := memberClient(t, m)
 		g, err := cli.Get(ctx, "part/", clientv3.WithPrefix(), clientv3.WithSerializable(), clientv3.WithRev(rev))
@@ -423,19 +383,53 @@ func verifyConverged(t *testing.T, c *harness.Cluster, w *writers, pc partitionC
 	}
 
 	w.mu.Lock()
-	recs := w.recs
+	recs := append([]*putRec(nil), w.recs...)
 	w.mu.Unlock()
-	// What the clients saw fail, and after how long at most.
-	type errSeen struct {
+	logErrors(t, recs)
+	cc, problems := checkCuts(recs, pc.cuts)
+	rc, p := checkReads(recs, names, kvs, "part/barrier")
+	problems = append(problems, p...)
+	for i := 1; i < len(hashes); i++ {
+		if hashes[i] != hashes[0] {
+			problems = append(problems, fmt.Sprintf("HashKV at revision %d: %s %d, %s %d", rev, names[0], hashes[0], names[i], hashes[i]))
+		}
+	}
+	for i, p := range problems {
+		if i == 20 {
+			t.Errorf("... and %d more", len(problems)-20)
+			break
+		}
+		t.Error(p)
+	}
+	pendingAtHeal := 0
+	for _, r := range recs {
+		if r.start.Before(pc.healAt) && r.end.After(pc.healAt) {
+			pendingAtHeal++
+		}
+	}
+	t.Logf("%s on %s: %d puts acknowledged, %d failed (in doubt: %d of them applied, %d not), %d pending when the heal began; %d acknowledged puts verified on all %d members at revision %d; cut-off members %v: %d puts sent while cut, %d acknowledged before the heal, %d still pending at the heal (%d of them acknowledged after it)",
+		pc.name, target, rc.acked, rc.failed, rc.applied, rc.failed-rc.applied, pendingAtHeal, rc.verified, len(names), rev, cc.members, cc.sent, cc.acked, cc.pending, cc.laterAcked)
+	t.Logf("PARTITION case=%s target=%s acked=%d failed=%d in_doubt_applied=%d in_doubt_absent=%d pending_at_heal=%d verified=%d missing=%d cut_sent=%d cut_acked=%d cut_pending_at_heal=%d cut_acked_after_heal=%d snapshots_received=%d rev=%d fault_ms=%d heal_to_verified_ms=%d",
+		pc.name, target, rc.acked, rc.failed, rc.applied, rc.failed-rc.applied, pendingAtHeal, rc.verified, rc.missing, cc.sent, cc.acked, cc.pending, cc.laterAcked, snaps, rev,
+		pc.healAt.Sub(pc.cutAt).Milliseconds(), time.Since(pc.healAt).Milliseconds())
+	if rc.acked == 0 {
+		t.Error("no put was acknowledged")
+	}
+}
+
+// logErrors logs what the clients saw fail, and after how long at most.
+func logErrors(t *testing.T, recs []*putRec) {
+	t.Helper()
+	type seen struct {
 		n       int
 		longest time.Duration
 	}
-	errs := map[string]*errSeen{}
+	errs := map[string]*seen{}
 	for _, r := range recs {
 		if r.err != nil {
 			e := errs[r.err.Error()]
 			if e == nil {
-				e = &errSeen{}
+				e = &seen{}
 				errs[r.err.Error()] = e
 			}
 			e.n++
@@ -445,66 +439,108 @@ func verifyConverged(t *testing.T, c *harness.Cluster, w *writers, pc partitionC
 	for msg, e := range errs {
 		t.Logf("%d puts failed with %q (the longest after %v)", e.n, msg, e.longest.Round(time.Millisecond))
 	}
-	acked, failed, applied, verified, missing := 0, 0, 0, 0, 0
-	known := map[string]bool{"part/barrier": true}
+}
+
+// cutCheck counts the puts sent to cut-off members within their windows.
+type cutCheck struct {
+	members    []string
+	sent       int // sent within a window
+	acked      int // of those, acknowledged before the window ended
+	pending    int // of those, answered after it ended
+	laterAcked int // of those, acknowledged after it ended
+}
+
+// checkCuts checks the finished puts recs against the cut-off windows:
+// a put sent to a cut-off member must not be acknowledged before its
+// window ends.
+func checkCuts(recs []*putRec, cuts []cutWindow) (cutCheck, []string) {
+	var cc cutCheck
+	var problems []string
+	for _, cw := range cuts {
+		cc.members = append(cc.members, cw.member)
+		for _, r := range recs {
+			if r.member != cw.member || !r.start.After(cw.from) || !r.start.Before(cw.to) {
+				continue
+			}
+			cc.sent++
+			switch {
+			case r.end.After(cw.to):
+				cc.pending++
+				if r.err == nil {
+					cc.laterAcked++
+				}
+			case r.err == nil:
+				cc.acked++
+				problems = append(problems, fmt.Sprintf("%s, cut off from a quorum, acknowledged put %s (revision %d, sent %v after the fault, answered %v before the heal)",
+					cw.member, r.key, r.rev, r.start.Sub(cw.from), cw.to.Sub(r.end)))
+			}
+		}
+	}
+	return cc, problems
+}
+
+// readCheck counts what checkReads found.
+type readCheck struct {
+	acked, failed int
+	applied       int // failed puts found on every member
+	verified      int // acknowledged puts read back on every member
+	missing       int // (member, acknowledged put) pairs that did not read back
+}
+
+// checkReads checks what each member (names[i]) holds under the writers'
+// prefix (kvs[i], read at one revision after the heal) against the
+// finished puts recs: an acknowledged put is on every member with its
+// value at its revision; a failed one (in doubt) is on every member with
+// its value or on none; nothing else is there but extra keys.
+func checkReads(recs []*putRec, names []string, kvs []map[string]*kvAt, extra ...string) (readCheck, []string) {
+	var rc readCheck
+	var problems []string
+	known := map[string]bool{}
+	for _, k := range extra {
+		known[k] = true
+	}
 	for _, r := range recs {
 		known[r.key] = true
 		if r.err != nil {
-			failed++
-			// In doubt: the client saw an error, the server may have
-			// applied it; it is on every member or on none.
+			rc.failed++
 			n := 0
-			for i := range c.Members {
+			for i := range names {
 				if kv := kvs[i][r.key]; kv != nil {
 					n++
 					if kv.val != r.val {
-						t.Errorf("%s: failed put %s reads %q, want %q", c.Members[i].Name(), r.key, kv.val, r.val)
+						problems = append(problems, fmt.Sprintf("%s: failed put %s reads %q, want %q", names[i], r.key, kv.val, r.val))
 					}
 				}
 			}
-			if n == len(c.Members) {
-				applied++
+			if n == len(names) {
+				rc.applied++
 			} else if n != 0 {
-				t.Errorf("failed put %s is on %d of %d members", r.key, n, len(c.Members))
+				problems = append(problems, fmt.Sprintf("failed put %s is on %d of %d members", r.key, n, len(names)))
 			}
 			continue
 		}
-		acked++
+		rc.acked++
 		ok := true
-		for i, m := range c.Members {
+		for i := range names {
 			kv := kvs[i][r.key]
 			if kv == nil || kv.val != r.val || kv.rev != r.rev {
 				ok = false
-				if missing < 10 {
-					t.Errorf("%s: acknowledged put %s=%s at revision %d (through %s) reads %+v", m.Name(), r.key, r.val, r.rev, r.member, kv)
-				}
-				missing++
+				rc.missing++
+				problems = append(problems, fmt.Sprintf("%s: acknowledged put %s=%s at revision %d (through %s) reads %+v", names[i], r.key, r.val, r.rev, r.member, kv))
 			}
 		}
 		if ok {
-			verified++
+			rc.verified++
 		}
 	}
-	for i, m := range c.Members {
+	for i := range names {
 		for k := range kvs[i] {
 			if !known[k] {
-				t.Errorf("%s holds %s, which no writer put", m.Name(), k)
+				problems = append(problems, fmt.Sprintf("%s holds %s, which no writer put", names[i], k))
 			}
 		}
 	}
-	for i := 1; i < len(hashes); i++ {
-		if hashes[i] != hashes[0] {
-			t.Errorf("HashKV at revision %d: %s %d, %s %d", rev, c.Members[0].Name(), hashes[0], c.Members[i].Name(), hashes[i])
-		}
-	}
-	t.Logf("%s on %s: %d puts acknowledged, %d failed (in doubt: %d of them applied, %d not), %d pending when the heal began; %d acknowledged puts verified on all %d members at revision %d; cut-off members %v: %d puts sent while cut, %d acknowledged before the heal, %d still pending at the heal (%d of them acknowledged after it)",
-		pc.name, target, acked, failed, applied, failed-applied, pendingAtHeal, verified, len(c.Members), rev, cutMembers, cutSent, cutAcked, cutPending, cutLaterAcked)
-	t.Logf("PARTITION case=%s target=%s acked=%d failed=%d in_doubt_applied=%d in_doubt_absent=%d pending_at_heal=%d verified=%d missing=%d cut_sent=%d cut_acked=%d cut_pending_at_heal=%d cut_acked_after_heal=%d snapshots_received=%d rev=%d fault_ms=%d heal_to_verified_ms=%d",
-		pc.name, target, acked, failed, applied, failed-applied, pendingAtHeal, verified, missing, cutSent, cutAcked, cutPending, cutLaterAcked, snaps, rev,
-		pc.healAt.Sub(pc.cutAt).Milliseconds(), time.Since(pc.healAt).Milliseconds())
-	if acked == 0 || verified != acked {
-		t.Errorf("%d of %d acknowledged puts verified", verified, acked)
-	}
+	return rc, problems
 }
 
 type kvAt struct {
@@ -753,4 +789,87 @@ func TestPartitionFlapping(t *testing.T) {
 		waitWritersAck(t, w, to, 2, c.Members...)
 	}
 	verifyConverged(t, c, w, pc)
+}
+
+// TestPartitionChecksFlagViolations is the negative control of the
+// partition tests' checks, on made-up records: each kind of violation is
+// reported, and the same records without them pass.
+func TestPartitionChecksFlagViolations(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	put := func(member, key string, start, end int, rev int64, err error) *putRec {
+		return &putRec{member: member, key: key, val: key + "=v", start: at(start), end: at(end), rev: rev, err: err}
+	}
+	fail := errors.New("etcdserver: request timed out")
+	cuts := []cutWindow{{"m1", at(100), at(200)}}
+	names := []string{"m1", "m2", "m3"}
+	all := func(kvs map[string]*kvAt) []map[string]*kvAt {
+		out := make([]map[string]*kvAt, len(names))
+		for i := range out {
+			out[i] = map[string]*kvAt{}
+			for k, v := range kvs {
+				out[i][k] = &kvAt{v.val, v.rev}
+			}
+		}
+		return out
+	}
+
+	good := []*putRec{
+		put("m1", "part/m1/a", 10, 20, 5, nil),    // before the cut
+		put("m1", "part/m1/b", 110, 150, 0, fail), // cut off: fails
+		put("m1", "part/m1/c", 120, 250, 9, nil),  // cut off: answered after the heal
+		put("m2", "part/m2/a", 130, 140, 6, nil),  // the majority side
+		put("m2", "part/m2/b", 135, 160, 0, fail), // in doubt, applied
+	}
+	kvs := map[string]*kvAt{
+		"part/m1/a": {"part/m1/a=v", 5}, "part/m2/a": {"part/m2/a=v", 6},
+		"part/m2/b": {"part/m2/b=v", 7}, "part/m1/c": {"part/m1/c=v", 9},
+		"part/barrier": {"b", 10},
+	}
+	cc, p1 := checkCuts(good, cuts)
+	rc, p2 := checkReads(good, names, all(kvs), "part/barrier")
+	if len(p1)+len(p2) != 0 {
+		t.Fatalf("clean records flagged: %q %q", p1, p2)
+	}
+	if cc.sent != 2 || cc.acked != 0 || cc.pending != 1 || cc.laterAcked != 1 || rc != (readCheck{acked: 3, failed: 2, applied: 1, verified: 3}) {
+		t.Fatalf("clean records counted %+v %+v", cc, rc)
+	}
+
+	bad := append(append([]*putRec(nil), good...),
+		put("m1", "part/m1/d", 150, 190, 11, nil), // acknowledged while cut off
+		put("m3", "part/m3/a", 10, 20, 12, nil),   // lost on m2
+		put("m3", "part/m3/b", 10, 20, 13, nil),   // wrong revision on m3
+		put("m3", "part/m3/c", 30, 40, 0, fail),   // in doubt, on one member only
+	)
+	kvsBad := all(kvs)
+	for i := range kvsBad {
+		kvsBad[i]["part/m1/d"] = &kvAt{"part/m1/d=v", 11}
+		kvsBad[i]["part/m3/a"] = &kvAt{"part/m3/a=v", 12}
+		kvsBad[i]["part/m3/b"] = &kvAt{"part/m3/b=v", 13}
+	}
+	delete(kvsBad[1], "part/m3/a")
+	kvsBad[2]["part/m3/b"].rev = 14
+	kvsBad[0]["part/m3/c"] = &kvAt{"part/m3/c=v", 15}
+	kvsBad[2]["part/zz/x"] = &kvAt{"?", 16} // no writer put it
+	cc, p1 = checkCuts(bad, cuts)
+	rc, p2 = checkReads(bad, names, kvsBad, "part/barrier")
+	want := []string{
+		"m1, cut off from a quorum, acknowledged put part/m1/d",
+		"m2: acknowledged put part/m3/a=part/m3/a=v at revision 12",
+		"m3: acknowledged put part/m3/b=part/m3/b=v at revision 13",
+		"failed put part/m3/c is on 1 of 3 members",
+		"m3 holds part/zz/x, which no writer put",
+	}
+	got := strings.Join(append(p1, p2...), "\n")
+	for _, w := range want {
+		if !strings.Contains(got, w) {
+			t.Errorf("not flagged: %s\ngot:\n%s", w, got)
+		}
+	}
+	if n := len(p1) + len(p2); n != len(want) {
+		t.Errorf("%d problems, want %d:\n%s", n, len(want), got)
+	}
+	if cc.acked != 1 || rc.missing != 2 || rc.verified != 4 {
+		t.Errorf("counted %+v %+v", cc, rc)
+	}
 }
