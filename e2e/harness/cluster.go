@@ -3,9 +3,13 @@ package harness
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/strata-db/strata/membership"
 )
 
 // Cluster is N members started with a static --initial-cluster
@@ -13,6 +17,9 @@ import (
 // Dir/<name>.*, all with the same extra flags.
 type Cluster struct {
 	Members []*Server
+	// Net is the network of proxies in front of the members' peer ports
+	// (NewClusterWithProxies); nil when peers connect directly.
+	Net *Network
 }
 
 // NewCluster allocates n members of bin in dir; it starts nothing.
@@ -31,12 +38,64 @@ func NewClusterScheme(bin, dir string, n int, flags []string, peerScheme string)
 			return nil, err
 		}
 		c.Members = append(c.Members, s)
-		initial = append(initial, s.Name()+"="+s.PeerURL)
+		initial = append(initial, s.Name()+"="+s.AdvertisePeerURL)
 	}
 	for _, s := range c.Members {
 		s.cfg.InitialCluster = strings.Join(initial, ",")
 	}
 	return c, nil
+}
+
+// NewClusterWithProxies is NewCluster with a fault-injecting proxy in
+// front of each member's peer port (see Network): each member listens on
+// its PeerURL and advertises its proxy's URL, in
+// --initial-advertise-peer-urls and in --initial-cluster, so every peer
+// connection to it goes through the proxy. Member ids are derived from
+// those URLs and ClusterToken as etcd derives them. The network's random
+// choices come from seed. Close stops the members and the proxies.
+func NewClusterWithProxies(bin, dir string, n int, flags []string, seed uint64) (*Cluster, error) {
+	c := &Cluster{Net: NewNetwork(seed)}
+	var initial []string
+	for i := 1; i <= n; i++ {
+		name := fmt.Sprintf("m%d", i)
+		ports, err := FreePorts(1)
+		if err != nil {
+			c.Net.Close()
+			return nil, err
+		}
+		proxyURL := "http://127.0.0.1:" + strconv.Itoa(ports[0])
+		s, err := NewServer(ServerConfig{Bin: bin, Name: name, Dir: dir, Flags: flags, AdvertisePeerURL: proxyURL})
+		if err != nil {
+			c.Net.Close()
+			return nil, err
+		}
+		u, err := url.Parse(s.PeerURL)
+		if err != nil {
+			c.Net.Close()
+			return nil, err
+		}
+		pu, _ := url.Parse(proxyURL)
+		id := membership.MemberID([]url.URL{*pu}, ClusterToken)
+		if _, err := c.Net.AddProxy(name, id, pu.Host, u.Host); err != nil {
+			c.Net.Close()
+			return nil, err
+		}
+		c.Members = append(c.Members, s)
+		initial = append(initial, name+"="+proxyURL)
+	}
+	for _, s := range c.Members {
+		s.cfg.InitialCluster = strings.Join(initial, ",")
+	}
+	return c, nil
+}
+
+// Close stops every member, then the proxies, if any.
+func (c *Cluster) Close() error {
+	err := c.Stop()
+	if c.Net != nil {
+		err = errors.Join(err, c.Net.Close())
+	}
+	return err
 }
 
 // Start starts every member at once (none is ready before a quorum
@@ -91,7 +150,7 @@ func (c *Cluster) Member(name string) *Server {
 func (c *Cluster) InitialCluster() string {
 	var parts []string
 	for _, s := range c.Members {
-		parts = append(parts, s.Name()+"="+s.PeerURL)
+		parts = append(parts, s.Name()+"="+s.AdvertisePeerURL)
 	}
 	return strings.Join(parts, ",")
 }

@@ -54,7 +54,16 @@ type ServerConfig struct {
 	// Cluster); the default is this member alone. Ports are then fixed:
 	// they are in the other members' flags.
 	InitialCluster string
+	// AdvertisePeerURL, when set, is --initial-advertise-peer-urls (and
+	// this member's URL in the default --initial-cluster) while the
+	// member still listens on PeerURL: the URL of a proxy in front of the
+	// peer port (Network).
+	AdvertisePeerURL string
 }
+
+// ClusterToken is the --initial-cluster-token of every server the harness
+// starts; member ids derive from it and the advertised peer URLs.
+const ClusterToken = "strata-e2e"
 
 // Server is a running (or stopped) member. Ports and the data dir are fixed at
 // creation so Restart comes back at the same addresses on the same data.
@@ -66,6 +75,9 @@ type Server struct {
 	PeerURL    string
 	MetricsURL string
 	ClientAddr string // host:port of ClientURL
+	// AdvertisePeerURL is the peer URL the member advertises: PeerURL,
+	// or its proxy's URL (ServerConfig.AdvertisePeerURL).
+	AdvertisePeerURL string
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -121,6 +133,10 @@ func (s *Server) pickPorts() error {
 	s.PeerURL = s.cfg.PeerScheme + "://127.0.0.1:" + strconv.Itoa(ports[1])
 	s.MetricsURL = "http://127.0.0.1:" + strconv.Itoa(ports[2])
 	s.ClientURL = s.cfg.Scheme + "://" + s.ClientAddr
+	s.AdvertisePeerURL = s.PeerURL
+	if s.cfg.AdvertisePeerURL != "" {
+		s.AdvertisePeerURL = s.cfg.AdvertisePeerURL
+	}
 	return nil
 }
 
@@ -161,7 +177,7 @@ func (s *Server) Pid() int {
 
 // Args is the full flag list the server is started with.
 func (s *Server) Args() []string {
-	initial := s.cfg.Name + "=" + s.PeerURL
+	initial := s.cfg.Name + "=" + s.AdvertisePeerURL
 	if s.cfg.InitialCluster != "" {
 		initial = s.cfg.InitialCluster
 	}
@@ -171,9 +187,9 @@ func (s *Server) Args() []string {
 		"--listen-client-urls=" + s.ClientURL,
 		"--advertise-client-urls=" + s.ClientURL,
 		"--listen-peer-urls=" + s.PeerURL,
-		"--initial-advertise-peer-urls=" + s.PeerURL,
+		"--initial-advertise-peer-urls=" + s.AdvertisePeerURL,
 		"--initial-cluster=" + initial,
-		"--initial-cluster-token=strata-e2e",
+		"--initial-cluster-token=" + ClusterToken,
 		"--initial-cluster-state=new",
 		"--listen-metrics-urls=" + s.MetricsURL,
 	}
