@@ -89,12 +89,11 @@ func linSettings(t *testing.T) linConfig {
 	return c
 }
 
-// linFaultKinds are the faults the injector draws from.
-//
-// Partitions: once the peer proxy (harness/proxy.go, branch clu-proxy)
-// is merged, "partition" (isolate the leader) and "oneway" (drop one
-// direction between two members) join this list and linFault.inject.
-var linFaultKinds = []string{"kill", "stop"}
+// linFaultKinds are the faults the injector draws from (linFault.inject):
+// SIGKILL of the leader and restart; SIGSTOP of a member, then SIGCONT;
+// the leader isolated by the peer proxies; a one-way partition between
+// the leader and a follower.
+var linFaultKinds = []string{"kill", "stop", "partition", "oneway"}
 
 // linTotals adds up the histories.
 type linTotals struct {
@@ -132,7 +131,24 @@ func faultCounts(kinds []string, n map[string]int) string {
 func linHistory(t *testing.T, bin string, cfg linConfig, idx int, seed int64, tot *linTotals) {
 	t.Logf("history %d seed=%d (STRATA_LIN_SEED=%d STRATA_LIN_HISTORIES=1 replays it)", idx, seed, seed)
 	rng := rand.New(rand.NewSource(seed))
-	c := startCluster(t, bin, clusterFlags)
+	c, err := harness.NewClusterWithProxies(bin, t.TempDir(), 3, clusterFlags, uint64(rng.Int63()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("stop cluster: %v", err)
+		}
+		if t.Failed() {
+			for _, m := range c.Members {
+				t.Logf("log of %s:\n%s", m.Name(), m.LogTail(60))
+			}
+			t.Logf("peer traffic:\n%s", c.Net.Report())
+		}
+	})
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		// A member left stopped would hold Stop up for its timeout.
 		for _, m := range c.Members {
@@ -339,9 +355,9 @@ type linFault struct {
 }
 
 // planned is how many faults a history of ops operations gets: every
-// kind at least once, and one per 500 operations.
+// kind at least once, and one per 250 operations.
 func (f *linFault) planned(ops int) int {
-	return max(len(f.kinds), ops/500)
+	return max(len(f.kinds), ops/250)
 }
 
 // run injects gate.faults faults, fault p once the workers have taken
@@ -434,6 +450,41 @@ func (f *linFault) inject(kind string) error {
 		}
 		time.Sleep(time.Duration(200+f.rng.Intn(1300)) * time.Millisecond)
 		return syscall.Kill(pid, syscall.SIGCONT)
+	case "partition":
+		// Cut the leader off from its peers, both ways, for 0.5-2 s: the
+		// others elect a leader, the old one steps down (check quorum),
+		// its clients' requests fail or wait; then heal.
+		dropped := func() int64 {
+			return f.c.Net.Stats(harness.Any, lead.Name()).Dropped + f.c.Net.Stats(lead.Name(), harness.Any).Dropped
+		}
+		before := dropped()
+		f.c.Net.Isolate(lead.Name())
+		time.Sleep(time.Duration(500+f.rng.Intn(1500)) * time.Millisecond)
+		f.c.Net.HealMember(lead.Name())
+		if dropped() == before {
+			return fmt.Errorf("isolating %s dropped no peer traffic", lead.Name())
+		}
+		return nil
+	case "oneway":
+		// Blackhole one direction between the leader and a follower for
+		// 0.5-2 s: the follower hears nothing and campaigns, or the
+		// leader hears nothing from it.
+		var other *harness.Server
+		for other == nil || other == lead {
+			other = f.c.Members[f.rng.Intn(len(f.c.Members))]
+		}
+		from, to := lead.Name(), other.Name()
+		if f.rng.Intn(2) == 0 {
+			from, to = to, from
+		}
+		before := f.c.Net.Stats(from, to).Dropped
+		f.c.Net.Partition(from, to)
+		time.Sleep(time.Duration(500+f.rng.Intn(1500)) * time.Millisecond)
+		f.c.Net.Heal(from, to)
+		if f.c.Net.Stats(from, to).Dropped == before {
+			return fmt.Errorf("partitioning %s→%s dropped no peer traffic", from, to)
+		}
+		return nil
 	}
 	return fmt.Errorf("unknown fault %q", kind)
 }
