@@ -2,8 +2,9 @@ package e2e
 
 // TestLinearizability (issue 19): histories of get, put, delete and txn
 // driven through clientv3 on all three members of a cluster while a fault
-// injector SIGKILLs the leader, SIGSTOPs a member and (with the peer
-// proxy) partitions it, checked with porcupine against the revision-level
+// injector SIGKILLs the leader, SIGSTOPs a member, isolates the leader and
+// cuts one direction between two members (the peer proxies of
+// harness.Network), checked with porcupine against the revision-level
 // model in e2e/lin. Per history: 0 violations, 0 acknowledged writes lost,
 // the members' final reads equal and HashKV equal at the final revision.
 // Each history prints a LIN line, the run a LIN total line.
@@ -304,6 +305,9 @@ func linHistory(t *testing.T, bin string, cfg linConfig, idx int, seed int64, to
 		}
 		fmt.Printf("LIN history=%d FAILED: porcupine's visualization %s, operations %s, member logs in %s\n",
 			idx, filepath.Join(dir, "history.html"), filepath.Join(dir, "ops.txt"), dir)
+		if e := res.Explain(); e != "" {
+			t.Errorf("not linearizable: %s", e)
+		}
 		for _, l := range res.Lost {
 			t.Errorf("lost: %s", l)
 		}
@@ -367,7 +371,9 @@ func (f *linFault) run(gate *linGate) error {
 	defer gate.open(gate.faults + 1)
 	var order []string
 	for p := int64(1); p <= gate.faults; p++ {
-		if err := waitUntil(fmt.Sprintf("segment %d of the operations to be taken", p-1), func() bool {
+		// Bounds a hang only: a segment of operations that all time out
+		// takes segment size × linOpTimeout / clients.
+		if err := waitUntilFor(10*time.Minute, fmt.Sprintf("segment %d of the operations to be taken", p-1), func() bool {
 			return gate.taken.Load() >= gate.boundary(p)
 		}); err != nil {
 			return err
@@ -492,10 +498,15 @@ func (f *linFault) inject(kind string) error {
 // waitUntil is poll.Until for a goroutine other than the test's: it
 // returns an error instead of failing the test.
 func waitUntil(what string, cond func() bool) error {
-	deadline := time.Now().Add(poll.Deadline)
+	return waitUntilFor(poll.Deadline, what, cond)
+}
+
+// waitUntilFor is waitUntil with a deadline of d.
+func waitUntilFor(d time.Duration, what string, cond func() bool) error {
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %v waiting for %s", poll.Deadline, what)
+			return fmt.Errorf("timed out after %v waiting for %s", d, what)
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -48,6 +48,53 @@ func (r *Result) OK() bool {
 	return r.Verdict == porcupine.Ok && len(r.Lost) == 0 && len(r.Phantoms) == 0
 }
 
+// Explain says where the checker got stuck, for a log: how far the
+// longest linearization it found goes, its last operations and the state
+// they leave, and the operations that return first among those it could
+// not add.
+func (r *Result) Explain() string {
+	if r.Verdict != porcupine.Illegal {
+		return ""
+	}
+	var longest []porcupine.Operation
+	for _, part := range r.Info.PartialLinearizationsOperations() {
+		for _, l := range part {
+			if len(l) > len(longest) {
+				longest = l
+			}
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "longest linearization: %d of %d operations\n", len(longest), len(r.Operations))
+	st := r.model.Init()
+	for i, op := range longest {
+		_, st = r.model.Step(st, op.Input, op.Output)
+		if i >= len(longest)-5 {
+			fmt.Fprintf(&b, "  linearized: %s [%s]\n", describeOp(op.Input, op.Output), op.Metadata)
+		}
+	}
+	fmt.Fprintf(&b, "  state then: %s\n", describeState(st))
+	in := map[[2]int64]bool{}
+	for _, op := range longest {
+		in[[2]int64{op.Call, int64(op.ClientId)}] = true
+	}
+	var rest []porcupine.Operation
+	for _, op := range r.Operations {
+		if !in[[2]int64{op.Call, int64(op.ClientId)}] {
+			rest = append(rest, op)
+		}
+	}
+	sort.SliceStable(rest, func(a, b int) bool { return rest[a].Return < rest[b].Return })
+	for i, op := range rest {
+		if i == 5 {
+			break
+		}
+		fmt.Fprintf(&b, "  not linearizable next: %s [%s, %.6f-%.6f s]\n", describeOp(op.Input, op.Output), op.Metadata,
+			float64(op.Call)/1e9, float64(op.Return)/1e9)
+	}
+	return b.String()
+}
+
 // Visualize writes porcupine's HTML view of the history and of the
 // longest linearizations it found to path.
 func (r *Result) Visualize(path string) error {

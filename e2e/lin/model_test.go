@@ -63,6 +63,9 @@ func wantViolation(t *testing.T, h *b) *Result {
 	if r.Verdict != porcupine.Illegal {
 		t.Fatalf("non-linearizable history reported %s", r.Verdict)
 	}
+	if e := r.Explain(); !strings.Contains(e, "longest linearization") {
+		t.Fatalf("Explain: %q", e)
+	}
 	// The visualization is what a failing run leaves behind: it must render.
 	if err := r.Visualize(filepath.Join(t.TempDir(), "v.html")); err != nil {
 		t.Fatal(err)
