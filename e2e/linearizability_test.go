@@ -173,9 +173,11 @@ func linHistory(t *testing.T, bin string, cfg linConfig, idx int, seed int64, to
 	initRev := resp.Header.Revision
 
 	h := lin.NewHistory()
-	inj := &linFault{c: c, rng: rand.New(rand.NewSource(rng.Int63())), kinds: cfg.faults, counts: map[string]int{}, down: map[*harness.Server]*atomic.Bool{}}
+	inj := &linFault{c: c, h: h, rng: rand.New(rand.NewSource(rng.Int63())), kinds: cfg.faults, counts: map[string]int{},
+		down: map[*harness.Server]*atomic.Bool{}, clients: map[*harness.Server]*clientv3.Client{}}
 	for _, m := range c.Members {
 		inj.down[m] = &atomic.Bool{}
+		inj.clients[m] = memberClient(t, m)
 	}
 
 	// Workers: linClientsPerNode per member, each with its own clientv3
@@ -260,10 +262,16 @@ func linHistory(t *testing.T, bin string, cfg linConfig, idx int, seed int64, to
 
 	ops := h.Ops()
 	res := lin.Check(ops, initRev, cfg.checkTimeout)
-	sent := 0
-	failed := 0
+	sent, failed, probes, probesOK := 0, 0, 0, 0
 	for _, op := range ops {
 		if strings.HasSuffix(op.Member, ".final") {
+			continue
+		}
+		if strings.HasSuffix(op.Member, ".probe") {
+			probes++
+			if !op.Failed() {
+				probesOK++
+			}
 			continue
 		}
 		sent++
@@ -271,8 +279,8 @@ func linHistory(t *testing.T, bin string, cfg linConfig, idx int, seed int64, to
 			failed++
 		}
 	}
-	fmt.Printf("LIN history=%d seed=%d ops=%d ok=%d failed=%d indoubt=%d pinned=%d gaps=%d faults=%s violations=%d lost=%d phantoms=%d hashkv=%s result=%s rev=%d work=%.1fs check=%.2fs\n",
-		idx, seed, sent, sent-failed, failed, res.InDoubt, res.Pinned, len(res.Gaps), faultCounts(cfg.faults, inj.counts),
+	fmt.Printf("LIN history=%d seed=%d ops=%d ok=%d failed=%d indoubt=%d pinned=%d gaps=%d probes=%d/%d faults=%s violations=%d lost=%d phantoms=%d hashkv=%s result=%s rev=%d work=%.1fs check=%.2fs\n",
+		idx, seed, sent, sent-failed, failed, res.InDoubt, res.Pinned, len(res.Gaps), probesOK, probes, faultCounts(cfg.faults, inj.counts),
 		res.Violations(), len(res.Lost), len(res.Phantoms), hashWord, res.Verdict, finalRev, workTime.Seconds(), res.Elapsed.Seconds())
 
 	tot.histories++
@@ -354,8 +362,13 @@ type linFault struct {
 	rng    *rand.Rand
 	kinds  []string
 	counts map[string]int
-	// down is set while a member is killed or stopped; its clients wait.
+	// down is set while a member is killed; its clients wait.
 	down map[*harness.Server]*atomic.Bool
+	// h, clients: probe reads (holdWithProbes), nprobes of them so far.
+	h       *lin.History
+	clients map[*harness.Server]*clientv3.Client
+	probes  sync.WaitGroup
+	nprobes int
 }
 
 // planned is how many faults a history of ops operations gets: every
@@ -441,21 +454,26 @@ func (f *linFault) inject(kind string) error {
 		time.Sleep(time.Duration(f.rng.Intn(500)) * time.Millisecond)
 		return lead.Start()
 	case "stop":
-		// SIGSTOP the leader or a follower for 0.2-1.5 s, then SIGCONT:
+		// SIGSTOP the leader or a follower for 0.5-2.5 s, then SIGCONT:
 		// a leader's followers elect another and the old one steps down
-		// when it wakes; a follower falls behind and catches up.
+		// when it wakes; a follower falls behind and catches up. Its
+		// clients' requests wait or time out and are sent again (the
+		// process is there, so no fast failures to hold back), and probe
+		// reads sent during the stop are answered as it wakes, when a
+		// leader that has not yet heard of its successor must not answer
+		// from its own state.
 		victim := lead
 		if f.rng.Intn(2) == 0 {
 			victim = f.c.Members[f.rng.Intn(len(f.c.Members))]
 		}
 		pid := victim.Pid()
-		f.down[victim].Store(true)
-		defer f.down[victim].Store(false)
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			return err
 		}
-		time.Sleep(time.Duration(200+f.rng.Intn(1300)) * time.Millisecond)
-		return syscall.Kill(pid, syscall.SIGCONT)
+		f.holdWithProbes(victim, time.Duration(500+f.rng.Intn(2000))*time.Millisecond)
+		err := syscall.Kill(pid, syscall.SIGCONT)
+		f.probes.Wait()
+		return err
 	case "partition":
 		// Cut the leader off from its peers, both ways, for 0.5-2 s: the
 		// others elect a leader, the old one steps down (check quorum),
@@ -465,8 +483,9 @@ func (f *linFault) inject(kind string) error {
 		}
 		before := dropped()
 		f.c.Net.Isolate(lead.Name())
-		time.Sleep(time.Duration(500+f.rng.Intn(1500)) * time.Millisecond)
+		f.holdWithProbes(lead, time.Duration(500+f.rng.Intn(1500))*time.Millisecond)
 		f.c.Net.HealMember(lead.Name())
+		f.probes.Wait()
 		if dropped() == before {
 			return fmt.Errorf("isolating %s dropped no peer traffic", lead.Name())
 		}
@@ -493,6 +512,29 @@ func (f *linFault) inject(kind string) error {
 		return nil
 	}
 	return fmt.Errorf("unknown fault %q", kind)
+}
+
+// holdWithProbes waits d, sending a probe read to m a third of the way,
+// two thirds of the way and just before the end: reads called while m is
+// cut off, after writes the others acknowledged, that m answers when it
+// is back (or that time out). They go in the history like any read.
+func (f *linFault) holdWithProbes(m *harness.Server, d time.Duration) {
+	start := time.Now()
+	for _, at := range []time.Duration{d / 3, 2 * d / 3, d - 10*time.Millisecond} {
+		time.Sleep(time.Until(start.Add(at)))
+		in := lin.Input{Kind: lin.Range}
+		if f.rng.Intn(2) == 0 {
+			in = lin.Input{Kind: lin.Get, Key: f.rng.Intn(linKeys)}
+		}
+		lc := lin.NewClient(f.clients[m], f.h, m.Name()+".probe", linOpTimeout)
+		f.nprobes++
+		f.probes.Add(1)
+		go func() {
+			defer f.probes.Done()
+			lc.Do(in)
+		}()
+	}
+	time.Sleep(time.Until(start.Add(d)))
 }
 
 // waitUntil is poll.Until for a goroutine other than the test's: it
