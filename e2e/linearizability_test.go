@@ -98,8 +98,8 @@ var linFaultKinds = []string{"kill", "stop", "partition", "oneway"}
 
 // linTotals adds up the histories.
 type linTotals struct {
-	histories, ops, ok, failed, indoubt, violations, lost, hashMismatch, unknown int
-	faults                                                                       map[string]int
+	histories, ops, ok, failed, indoubt, probes, probesOK, violations, lost, hashMismatch, unknown int
+	faults                                                                                         map[string]int
 }
 
 func TestLinearizability(t *testing.T) {
@@ -115,8 +115,8 @@ func TestLinearizability(t *testing.T) {
 			linHistory(t, bin, cfg, i, seed, &tot)
 		})
 	}
-	fmt.Printf("LIN total histories=%d ops=%d ok=%d failed=%d indoubt=%d faults=%s violations=%d lost=%d hashkv-mismatch=%d unknown=%d seed=%d\n",
-		tot.histories, tot.ops, tot.ok, tot.failed, tot.indoubt, faultCounts(cfg.faults, tot.faults),
+	fmt.Printf("LIN total histories=%d ops=%d ok=%d failed=%d indoubt=%d probes=%d/%d faults=%s violations=%d lost=%d hashkv-mismatch=%d unknown=%d seed=%d\n",
+		tot.histories, tot.ops, tot.ok, tot.failed, tot.indoubt, tot.probesOK, tot.probes, faultCounts(cfg.faults, tot.faults),
 		tot.violations, tot.lost, tot.hashMismatch, tot.unknown, cfg.seed)
 }
 
@@ -288,6 +288,8 @@ func linHistory(t *testing.T, bin string, cfg linConfig, idx int, seed int64, to
 	tot.ok += sent - failed
 	tot.failed += failed
 	tot.indoubt += res.InDoubt
+	tot.probes += probes
+	tot.probesOK += probesOK
 	tot.violations += res.Violations()
 	tot.lost += len(res.Lost)
 	if res.Verdict != "Ok" && res.Verdict != "Illegal" {
