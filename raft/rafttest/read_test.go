@@ -46,11 +46,17 @@ func TestReadIndexSurvivesLeaderChange(t *testing.T) {
 	defer cancel()
 	read := func(who string, m *Member) {
 		for {
+			changed := m.Node.LeaderChanged()
 			idx, err := m.Node.ReadIndex(ctx)
-			if errors.Is(err, raft.ErrNoLeader) && ctx.Err() == nil {
-				// As the server does: no leader to ask yet, ask again.
-				<-m.Node.LeaderChanged()
-				continue
+			if errors.Is(err, raft.ErrNoLeader) {
+				// As the server does: no leader to ask yet, ask again
+				// once there is one.
+				select {
+				case <-changed:
+					continue
+				case <-ctx.Done():
+					err = ctx.Err()
+				}
 			}
 			results <- result{who, idx, err}
 			return
