@@ -224,8 +224,9 @@ func linHistory(t *testing.T, bin string, cfg linConfig, idx int, seed int64, to
 	if err := waitHealthy(c); err != nil {
 		t.Fatal(err)
 	}
+	// A disagreement that outlasts the wait is reported with the verdict.
 	var finals []lin.Op
-	poll.Until(t, "the members' final reads to agree", func() bool {
+	finalsErr := waitUntil("the members' final reads to agree", func() bool {
 		finals = finals[:0]
 		for _, m := range c.Members {
 			op := lin.NewClient(clients[m], h, m.Name()+".final", linOpTimeout).Do(lin.Input{Kind: lin.Range})
@@ -241,6 +242,9 @@ func linHistory(t *testing.T, bin string, cfg linConfig, idx int, seed int64, to
 		}
 		return true
 	})
+	if len(finals) < len(c.Members) {
+		t.Fatalf("final reads: %v", finalsErr)
+	}
 	finalRev := finals[0].Out.Rev
 
 	// HashKV at the final revision on every member.
@@ -302,7 +306,13 @@ func linHistory(t *testing.T, bin string, cfg linConfig, idx int, seed int64, to
 		tot.faults[k] += n
 	}
 
-	if !res.OK() || !hashOK {
+	if finalsErr != nil {
+		for _, op := range finals {
+			t.Errorf("final read on %s: %s", op.Member, lin.DescribeOutput(op.In, op.Out))
+		}
+		t.Errorf("%v", finalsErr)
+	}
+	if !res.OK() || !hashOK || finalsErr != nil {
 		dir := linOutDir(t, cfg, idx)
 		if err := res.Visualize(filepath.Join(dir, "history.html")); err != nil {
 			t.Errorf("visualization: %v", err)
@@ -366,11 +376,10 @@ type linFault struct {
 	counts map[string]int
 	// down is set while a member is killed; its clients wait.
 	down map[*harness.Server]*atomic.Bool
-	// h, clients: probe reads (holdWithProbes), nprobes of them so far.
+	// h, clients, probes: the probe reads (holdWithProbes) in flight.
 	h       *lin.History
 	clients map[*harness.Server]*clientv3.Client
 	probes  sync.WaitGroup
-	nprobes int
 }
 
 // planned is how many faults a history of ops operations gets: every
@@ -529,7 +538,6 @@ func (f *linFault) holdWithProbes(m *harness.Server, d time.Duration) {
 			in = lin.Input{Kind: lin.Get, Key: f.rng.Intn(linKeys)}
 		}
 		lc := lin.NewClient(f.clients[m], f.h, m.Name()+".probe", linOpTimeout)
-		f.nprobes++
 		f.probes.Add(1)
 		go func() {
 			defer f.probes.Done()
