@@ -52,7 +52,7 @@ type linConfig struct {
 	outDir         string
 }
 
-func envInt(t *testing.T, name string, def int) int {
+func linEnvInt(t *testing.T, name string, def int) int {
 	s := os.Getenv(name)
 	if s == "" {
 		return def
@@ -66,10 +66,10 @@ func envInt(t *testing.T, name string, def int) int {
 
 func linSettings(t *testing.T) linConfig {
 	c := linConfig{
-		histories:    envInt(t, "STRATA_LIN_HISTORIES", 2),
-		ops:          envInt(t, "STRATA_LIN_OPS", 300),
+		histories:    linEnvInt(t, "STRATA_LIN_HISTORIES", 2),
+		ops:          linEnvInt(t, "STRATA_LIN_OPS", 300),
 		seed:         time.Now().UnixNano(),
-		checkTimeout: time.Duration(envInt(t, "STRATA_LIN_CHECK_SECONDS", 300)) * time.Second,
+		checkTimeout: time.Duration(linEnvInt(t, "STRATA_LIN_CHECK_SECONDS", 300)) * time.Second,
 		faults:       linFaultKinds,
 		outDir:       os.Getenv("STRATA_E2E_OUT"),
 	}
@@ -116,11 +116,11 @@ func TestLinearizability(t *testing.T) {
 		})
 	}
 	fmt.Printf("LIN total histories=%d ops=%d ok=%d failed=%d indoubt=%d probes=%d/%d faults=%s violations=%d lost=%d hashkv-mismatch=%d unknown=%d seed=%d\n",
-		tot.histories, tot.ops, tot.ok, tot.failed, tot.indoubt, tot.probesOK, tot.probes, faultCounts(cfg.faults, tot.faults),
+		tot.histories, tot.ops, tot.ok, tot.failed, tot.indoubt, tot.probesOK, tot.probes, linFaultCounts(cfg.faults, tot.faults),
 		tot.violations, tot.lost, tot.hashMismatch, tot.unknown, cfg.seed)
 }
 
-func faultCounts(kinds []string, n map[string]int) string {
+func linFaultCounts(kinds []string, n map[string]int) string {
 	var parts []string
 	for _, k := range kinds {
 		parts = append(parts, fmt.Sprintf("%s:%d", k, n[k]))
@@ -221,12 +221,12 @@ func linHistory(t *testing.T, bin string, cfg linConfig, idx int, seed int64, to
 
 	// Final reads: on every member, once they all are at one revision;
 	// recorded like every other operation.
-	if err := waitHealthy(c); err != nil {
+	if err := linWaitHealthy(c); err != nil {
 		t.Fatal(err)
 	}
 	// A disagreement that outlasts the wait is reported with the verdict.
 	var finals []lin.Op
-	finalsErr := waitUntil("the members' final reads to agree", func() bool {
+	finalsErr := linWaitUntil("the members' final reads to agree", func() bool {
 		finals = finals[:0]
 		for _, m := range c.Members {
 			op := lin.NewClient(clients[m], h, m.Name()+".final", linOpTimeout).Do(lin.Input{Kind: lin.Range})
@@ -284,7 +284,7 @@ func linHistory(t *testing.T, bin string, cfg linConfig, idx int, seed int64, to
 		}
 	}
 	fmt.Printf("LIN history=%d seed=%d ops=%d ok=%d failed=%d indoubt=%d pinned=%d gaps=%d probes=%d/%d faults=%s violations=%d lost=%d phantoms=%d hashkv=%s result=%s rev=%d work=%.1fs check=%.2fs\n",
-		idx, seed, sent, sent-failed, failed, res.InDoubt, res.Pinned, len(res.Gaps), probesOK, probes, faultCounts(cfg.faults, inj.counts),
+		idx, seed, sent, sent-failed, failed, res.InDoubt, res.Pinned, len(res.Gaps), probesOK, probes, linFaultCounts(cfg.faults, inj.counts),
 		res.Violations(), len(res.Lost), len(res.Phantoms), hashWord, res.Verdict, finalRev, workTime.Seconds(), res.Elapsed.Seconds())
 
 	tot.histories++
@@ -321,7 +321,7 @@ func linHistory(t *testing.T, bin string, cfg linConfig, idx int, seed int64, to
 			t.Errorf("ops: %v", err)
 		}
 		for _, m := range c.Members {
-			copyFile(m.LogPath, filepath.Join(dir, m.Name()+".log"))
+			linCopyFile(m.LogPath, filepath.Join(dir, m.Name()+".log"))
 		}
 		fmt.Printf("LIN history=%d FAILED: porcupine's visualization %s, operations %s, member logs in %s\n",
 			idx, filepath.Join(dir, "history.html"), filepath.Join(dir, "ops.txt"), dir)
@@ -353,7 +353,7 @@ func linOutDir(t *testing.T, cfg linConfig, idx int) string {
 	return dir
 }
 
-func copyFile(from, to string) {
+func linCopyFile(from, to string) {
 	in, err := os.Open(from)
 	if err != nil {
 		return
@@ -397,7 +397,7 @@ func (f *linFault) run(gate *linGate) error {
 	for p := int64(1); p <= gate.faults; p++ {
 		// Bounds a hang only: a segment of operations that all time out
 		// takes segment size × linOpTimeout / clients.
-		if err := waitUntilFor(10*time.Minute, fmt.Sprintf("segment %d of the operations to be taken", p-1), func() bool {
+		if err := linWaitUntilFor(10*time.Minute, fmt.Sprintf("segment %d of the operations to be taken", p-1), func() bool {
 			return gate.taken.Load() >= gate.boundary(p)
 		}); err != nil {
 			return err
@@ -415,7 +415,7 @@ func (f *linFault) run(gate *linGate) error {
 			return fmt.Errorf("%s: %w", kind, err)
 		}
 		f.counts[kind]++
-		if err := waitHealthy(f.c); err != nil {
+		if err := linWaitHealthy(f.c); err != nil {
 			return fmt.Errorf("after %s: %w", kind, err)
 		}
 	}
@@ -450,7 +450,7 @@ func (g *linGate) next() bool {
 }
 
 func (f *linFault) inject(kind string) error {
-	lead, err := leaderOf(f.c)
+	lead, err := linLeaderOf(f.c)
 	if err != nil {
 		return err
 	}
@@ -547,14 +547,14 @@ func (f *linFault) holdWithProbes(m *harness.Server, d time.Duration) {
 	time.Sleep(time.Until(start.Add(d)))
 }
 
-// waitUntil is poll.Until for a goroutine other than the test's: it
+// linWaitUntil is poll.Until for a goroutine other than the test's: it
 // returns an error instead of failing the test.
-func waitUntil(what string, cond func() bool) error {
-	return waitUntilFor(poll.Deadline, what, cond)
+func linWaitUntil(what string, cond func() bool) error {
+	return linWaitUntilFor(poll.Deadline, what, cond)
 }
 
-// waitUntilFor is waitUntil with a deadline of d.
-func waitUntilFor(d time.Duration, what string, cond func() bool) error {
+// linWaitUntilFor is linWaitUntil with a deadline of d.
+func linWaitUntilFor(d time.Duration, what string, cond func() bool) error {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
@@ -565,8 +565,8 @@ func waitUntilFor(d time.Duration, what string, cond func() bool) error {
 	return nil
 }
 
-// memberStatus asks m for its status with a client of its own.
-func memberStatus(m *harness.Server) (*clientv3.StatusResponse, *clientv3.Client, error) {
+// linMemberStatus asks m for its status with a client of its own.
+func linMemberStatus(m *harness.Server) (*clientv3.StatusResponse, *clientv3.Client, error) {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL}, DialTimeout: time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, nil, err
@@ -581,15 +581,15 @@ func memberStatus(m *harness.Server) (*clientv3.StatusResponse, *clientv3.Client
 	return st, cli, nil
 }
 
-// leaderOf waits until every member names the same leader and returns it.
-func leaderOf(c *harness.Cluster) (*harness.Server, error) {
+// linLeaderOf waits until every member names the same leader and returns it.
+func linLeaderOf(c *harness.Cluster) (*harness.Server, error) {
 	var lead *harness.Server
-	err := waitUntil("the members to agree on a leader", func() bool {
+	err := linWaitUntil("the members to agree on a leader", func() bool {
 		lead = nil
 		var id uint64
 		byID := map[uint64]*harness.Server{}
 		for _, m := range c.Members {
-			st, cli, err := memberStatus(m)
+			st, cli, err := linMemberStatus(m)
 			if err != nil {
 				return false
 			}
@@ -606,15 +606,15 @@ func leaderOf(c *harness.Cluster) (*harness.Server, error) {
 	return lead, err
 }
 
-// waitHealthy waits until the members agree on a leader and each serves a
+// linWaitHealthy waits until the members agree on a leader and each serves a
 // linearizable read.
-func waitHealthy(c *harness.Cluster) error {
-	if _, err := leaderOf(c); err != nil {
+func linWaitHealthy(c *harness.Cluster) error {
+	if _, err := linLeaderOf(c); err != nil {
 		return err
 	}
-	return waitUntil("a linearizable read on every member", func() bool {
+	return linWaitUntil("a linearizable read on every member", func() bool {
 		for _, m := range c.Members {
-			_, cli, err := memberStatus(m)
+			_, cli, err := linMemberStatus(m)
 			if err != nil {
 				return false
 			}
