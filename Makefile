@@ -100,12 +100,13 @@ e2e-bin:
 
 # Real etcd and bin/strata get the same etcdctl commands; outputs must match.
 # Progress: each test's start and result, each scenario's step count, the
-# full-disk tests' figures (FULL-DISK lines) and the linearizability
-# counts (LIN lines; the short mode, 2 histories × 300 operations).
+# full-disk tests' figures (FULL-DISK lines), the partition tests' counts
+# (PARTITION lines) and the linearizability counts (LIN lines; the short
+# mode, 2 histories × 300 operations).
 e2e: build e2e-bin testguard
 	cd e2e && $(GO) vet ./... && set -o pipefail && \
 		STRATA_E2E_TARGET=../bin/strata $(GO) test -json -count=1 -timeout 25m $(if $(E2E_SCENARIOS),-run 'TestDiff/^($(E2E_SCENARIOS))$$') ./... | \
-		$(GUARD) -show '^(=== RUN|--- |    --- )|steps,|FULL-DISK|^LIN '
+		$(GUARD) -show '^(=== RUN|--- |    --- )|steps,|FULL-DISK|PARTITION |^LIN '
 
 # The full-disk tests (issue 17 items 3, 4 and 5): bin/strata on small
 # tmpfs file systems the test mounts, one for --wal-dir and one for the

@@ -12,6 +12,10 @@
 //   - [Ctl] runs etcdctl against a server and returns stdout, stderr and the
 //     exit code; [Proc] is a long-running tool (watch, elect) read while it
 //     runs.
+//   - [Cluster] is N members started with a static --initial-cluster;
+//     [NewClusterWithProxies] puts a [Network] of fault-injecting TCP
+//     proxies in front of their peer ports (delay, drop, blackhole,
+//     one-way partitions, isolation, per ordered pair of members).
 //   - [Normalizer] masks what legitimately differs between two correct
 //     servers (ids, times, ports, paths, storage-engine sizes) so outputs can
 //     be diffed byte for byte; [UnifiedDiff] shows what is left.
