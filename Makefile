@@ -10,7 +10,7 @@ DATA_DIR ?= default.strata
 FUZZTIME ?= 30s
 
 .PHONY: all build run test unit fuzz fuzz-long bench bench-engine bench-compare bench-stratabench vet fmt-check clean e2e e2e-bin disk-check disk-check-short
-.PHONY: etcd-src testguard testguard-test fulldisk fulldisk-long robustness slow-follower etcd-e2e etcd-e2e-short
+.PHONY: etcd-src testguard testguard-test fulldisk fulldisk-long robustness slow-follower etcd-e2e etcd-e2e-short linearizability linearizability-long
 
 # make e2e runs every differential scenario (e2e/scenarios_*_test.go)
 # against real etcd 3.7; E2E_SCENARIOS=kv|watch runs only TestDiff's kv and
@@ -100,12 +100,13 @@ e2e-bin:
 
 # Real etcd and bin/strata get the same etcdctl commands; outputs must match.
 # Progress: each test's start and result, each scenario's step count, the
-# full-disk tests' figures (FULL-DISK lines) and the partition tests'
-# counts (PARTITION lines).
+# full-disk tests' figures (FULL-DISK lines), the partition tests' counts
+# (PARTITION lines) and the linearizability counts (LIN lines; the short
+# mode, 2 histories × 300 operations).
 e2e: build e2e-bin testguard
 	cd e2e && $(GO) vet ./... && set -o pipefail && \
 		STRATA_E2E_TARGET=../bin/strata $(GO) test -json -count=1 -timeout 25m $(if $(E2E_SCENARIOS),-run 'TestDiff/^($(E2E_SCENARIOS))$$') ./... | \
-		$(GUARD) -show '^(=== RUN|--- |    --- )|steps,|FULL-DISK|SLOW-FOLLOWER|PARTITION '
+		$(GUARD) -show '^(=== RUN|--- |    --- )|steps,|FULL-DISK|SLOW-FOLLOWER|PARTITION |^LIN '
 
 # The full-disk tests (issue 17 items 3, 4 and 5): bin/strata on small
 # tmpfs file systems the test mounts, one for --wal-dir and one for the
@@ -149,8 +150,26 @@ slow-follower: build e2e-bin testguard
 	cd e2e && set -o pipefail && STRATA_SLOWFOLLOWER=long STRATA_E2E_TARGET=../bin/strata $(GO) test -json -count=1 -timeout 10m -run 'TestSlowFollowerDoesNotStallLeader' . | \
 		$(GUARD) -show '^(--- |    --- )|SLOW-FOLLOWER'
 
+# Linearizability on 3 members (issue 19): porcupine histories of get,
+# put, delete and txn through clientv3 on every member while the leader is
+# SIGKILLed, a member SIGSTOPped, the leader isolated and one direction
+# between two members cut by the peer proxies. Each history prints a LIN
+# line (operations, in-doubt writes, faults, violations, lost writes,
+# HashKV), the run a LIN total line. `make e2e` runs the short mode (2
+# histories × 300 operations); `make linearizability-long` runs
+# STRATA_LIN_HISTORIES (default 20) × STRATA_LIN_OPS (default 2000).
+# STRATA_LIN_SEED replays a run; see e2e/README.md.
+LIN_RUN = cd e2e && set -o pipefail && STRATA_E2E_TARGET=../bin/strata $(GO) test -json -count=1 -timeout 90m -run '^TestLinearizability$$' . | \
+	$(GUARD) -show '^(--- |    --- )|^LIN '
+
+linearizability: build e2e-bin testguard
+	$(LIN_RUN)
+
+linearizability-long: build e2e-bin testguard
+	export STRATA_LIN_HISTORIES=$${STRATA_LIN_HISTORIES:-20} STRATA_LIN_OPS=$${STRATA_LIN_OPS:-2000}; $(LIN_RUN)
+
 # Long robustness runs, outside `make test`.
-robustness: fulldisk-long slow-follower
+robustness: fulldisk-long linearizability-long slow-follower
 
 bench:
 	$(GO) test -run '^$$' -bench 'BenchmarkAppendSync|BenchmarkRawFdatasync' -benchtime 2s ./wal/

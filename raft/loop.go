@@ -48,6 +48,7 @@ func (n *Node) run() {
 		select {
 		case <-ticker.C:
 			n.rn.Tick()
+			n.retryReads()
 		case p := <-n.propc:
 			n.handleProposal(p)
 			n.drainProposals()
@@ -463,7 +464,8 @@ func (n *Node) startReads() {
 	n.readSeq++
 	ctx := make([]byte, 8)
 	binary.BigEndian.PutUint64(ctx, n.readSeq)
-	n.readInflight[n.readSeq] = readBatch{waiters: batch, sent: time.Now()}
+	now := time.Now()
+	n.readInflight[n.readSeq] = readBatch{waiters: batch, sent: now, last: now, lead: n.lead.Load()}
 	n.rn.ReadIndex(ctx)
 	// Requests a leaderless node cannot serve are dropped by raft; fail
 	// them now rather than let the callers time out.
@@ -474,6 +476,37 @@ func (n *Node) startReads() {
 			w.err = ErrNoLeader
 			close(w.done)
 		}
+	}
+}
+
+// readRetry is how long a ReadIndex request may go unanswered before it is
+// sent again (etcd's readIndexRetryTime).
+const readRetry = 500 * time.Millisecond
+
+// retryReads sends again the ReadIndex requests still unanswered after
+// readRetry, or at once when the leader changed since they were sent.
+// Raft loses them on a change of leadership: a leader that steps down
+// drops its pending reads, and a request a follower forwarded to a leader
+// that is gone or cut off is never answered. Without this their callers
+// wait out their deadline (as etcd, which re-sends, does not). An answer
+// to any copy serves the batch: its index is the leader's commit index
+// when that copy arrived, after the batch's callers called.
+// Called from the raft goroutine.
+func (n *Node) retryReads() {
+	lead := n.lead.Load()
+	if lead == 0 || len(n.readInflight) == 0 {
+		return // raft would drop the request; ask when there is a leader
+	}
+	now := time.Now()
+	for seq, b := range n.readInflight {
+		if b.lead == lead && now.Sub(b.last) < readRetry {
+			continue
+		}
+		ctx := make([]byte, 8)
+		binary.BigEndian.PutUint64(ctx, seq)
+		n.rn.ReadIndex(ctx)
+		b.last, b.lead = now, lead
+		n.readInflight[seq] = b
 	}
 }
 

@@ -206,6 +206,10 @@ type readWaiter struct {
 type readBatch struct {
 	waiters []*readWaiter
 	sent    time.Time
+	// last is when the request was last handed to raft, lead the leader
+	// this member knew then (see retryReads).
+	last time.Time
+	lead uint64
 }
 
 // Start opens (or creates) the WAL, restores raft's log from it, and
