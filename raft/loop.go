@@ -451,9 +451,17 @@ func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
 	}
 }
 
-// startReads issues one raft ReadIndex for every reader waiting now.
+// startReads issues one raft ReadIndex for every reader waiting now,
+// unless one is in flight: then they wait for it to be answered and share
+// the next, as etcd's read loop does. On the leader every ReadIndex costs
+// a heartbeat round to each follower, and a round per waiting batch
+// floods the leader under many readers. An unanswered request is re-sent
+// (retryReads), so the readers behind it are not stranded.
 // Called from the raft goroutine.
 func (n *Node) startReads() {
+	if len(n.readInflight) > 0 {
+		return
+	}
 	n.readMu.Lock()
 	batch := n.readWaiting
 	n.readWaiting = nil

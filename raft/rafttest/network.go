@@ -53,6 +53,10 @@ type Network struct {
 	tickMu sync.Mutex
 	tickC  chan struct{} // closed and replaced at each delivery
 
+	// observe, if set, sees every message sent, before its fate is
+	// decided (SetObserver).
+	observe atomic.Pointer[func(from uint64, m *raftpb.Message)]
+
 	// Counters, for the tests' summaries.
 	Sent, Dropped, Duplicated, Delivered atomic.Int64
 	SnapsSent, SnapsDone, SnapsFailed    atomic.Int64
@@ -73,6 +77,16 @@ func (nw *Network) SetFaults(f Faults) {
 	nw.mu.Lock()
 	nw.faults = f
 	nw.mu.Unlock()
+}
+
+// SetObserver calls fn with every message a member sends from now on (nil:
+// none), from the sender's raft goroutine: fn must not block or keep m.
+func (nw *Network) SetObserver(fn func(from uint64, m *raftpb.Message)) {
+	if fn == nil {
+		nw.observe.Store(nil)
+		return
+	}
+	nw.observe.Store(&fn)
 }
 
 // Attach makes node reachable as member id (again, after a restart).
@@ -205,8 +219,12 @@ type endpoint struct {
 // broke.
 func (e endpoint) Send(msgs []*raftpb.Message) {
 	nw := e.nw
+	obs := nw.observe.Load()
 	for _, m := range msgs {
 		nw.Sent.Add(1)
+		if obs != nil {
+			(*obs)(e.id, m)
+		}
 		to := m.GetTo()
 		ft := nw.decide(e.id, to)
 		if ft.drop {

@@ -3,8 +3,11 @@ package rafttest
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/strata-db/strata/raft"
 )
@@ -90,5 +93,83 @@ func TestReadIndexSurvivesLeaderChange(t *testing.T) {
 		if r.index < first {
 			t.Fatalf("ReadIndex on %s = %d, below the entry committed before it (%d)", r.who, r.index, first)
 		}
+	}
+}
+
+// TestOneReadIndexInFlight: a member keeps at most one ReadIndex request
+// in flight, and readers that arrive meanwhile share the next one, as
+// etcd's read loop does. On the leader each request costs a heartbeat
+// round to every follower; under many readers, one request per waiting
+// batch flooded the leader with rounds and made linearizable reads on a
+// 3-member cluster slower than etcd's.
+func TestOneReadIndexInFlight(t *testing.T) {
+	const readers, each = 20, 30
+	c := NewCluster(t, Options{N: 3, Seed: 4})
+	if _, err := c.ProposeAndWait([]byte("first"), 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	lead := c.Leader()
+	var f *Member
+	for _, m := range c.Members {
+		if m != lead {
+			f = m
+			break
+		}
+	}
+	// Slow links, so readers pile up behind each round.
+	c.Net.SetFaults(Faults{MaxDelay: 3 * time.Millisecond})
+	var (
+		mu             sync.Mutex
+		outstanding    = map[string]bool{}
+		most, requests int
+	)
+	c.Net.SetObserver(func(from uint64, m *raftpb.Message) {
+		if len(m.GetEntries()) == 0 {
+			return
+		}
+		ctx := string(m.GetEntries()[0].GetData())
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case m.GetType() == raftpb.MessageType_MsgReadIndex && from == f.ID:
+			if !outstanding[ctx] {
+				requests++
+			}
+			outstanding[ctx] = true
+			most = max(most, len(outstanding))
+		case m.GetType() == raftpb.MessageType_MsgReadIndexResp && m.GetTo() == f.ID:
+			delete(outstanding, ctx)
+		}
+	})
+	defer c.Net.SetObserver(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, readers)
+	for i := 0; i < readers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < each; j++ {
+				if _, err := f.Node.ReadIndex(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%d reads on a follower took %d ReadIndex requests; at most %d in flight", readers*each, requests, most)
+	if most != 1 {
+		t.Errorf("%d ReadIndex requests were in flight at once; want 1", most)
+	}
+	if requests > readers*each/2 {
+		t.Errorf("%d reads took %d ReadIndex requests; want them batched", readers*each, requests)
 	}
 }
