@@ -166,12 +166,10 @@ func splitMethod(full string) (string, string) {
 // countClient counts a call by the client API version it declares, as
 // etcd does; a version that is not UTF-8 is refused with etcd's error.
 func (g *grpcMetrics) countClient(ctx context.Context, typ string) error {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok {
-		return nil
-	}
+	// Not FromIncomingContext: that copies every header of every call.
+	// Every call over gRPC has incoming metadata (its pseudo-headers).
 	ver := "unknown"
-	if vs := md.Get(rpctypes.MetadataClientAPIVersionKey); len(vs) > 0 {
+	if vs := metadata.ValueFromIncomingContext(ctx, rpctypes.MetadataClientAPIVersionKey); len(vs) > 0 {
 		ver = vs[0]
 	}
 	if !utf8.ValidString(ver) {

@@ -94,6 +94,25 @@ type messageDecoder struct {
 	r     io.Reader
 	limit uint64
 	hdr   [8]byte
+	buf   frameBuf
+}
+
+// frameBuf is a decoder's read buffer, reused from frame to frame: the
+// protobuf decoder copies every byte field out of it, so nothing decoded
+// points into it. Frames larger than frameBufKeep get a buffer of their
+// own, so one huge append does not pin its size for the stream's life.
+type frameBuf struct{ b []byte }
+
+const frameBufKeep = 64 << 10
+
+func (f *frameBuf) get(n uint64) []byte {
+	if n > frameBufKeep {
+		return make([]byte, n)
+	}
+	if uint64(cap(f.b)) < n {
+		f.b = make([]byte, max(n, 4<<10))
+	}
+	return f.b[:n]
 }
 
 func (d *messageDecoder) decode() (*raftpb.Message, int, error) {
@@ -104,7 +123,7 @@ func (d *messageDecoder) decode() (*raftpb.Message, int, error) {
 	if n > d.limit {
 		return nil, 8, fmt.Errorf("%w: length %d, limit %d", ErrMessageTooLarge, n, d.limit)
 	}
-	buf := make([]byte, n)
+	buf := d.buf.get(n)
 	if _, err := io.ReadFull(d.r, buf); err != nil {
 		return nil, 8, unexpectedEOF(err)
 	}
@@ -176,6 +195,7 @@ type msgAppV2Decoder struct {
 	limit         uint64
 	term, index   uint64
 	hdr           [8]byte
+	buf           frameBuf
 }
 
 func (d *msgAppV2Decoder) u64() (uint64, error) {
@@ -203,7 +223,7 @@ func (d *msgAppV2Decoder) decode() (*raftpb.Message, int, error) {
 		if n > d.limit {
 			return nil, 9, fmt.Errorf("%w: length %d, limit %d", ErrMessageTooLarge, n, d.limit)
 		}
-		buf := make([]byte, n)
+		buf := d.buf.get(n)
 		if _, err := io.ReadFull(d.r, buf); err != nil {
 			return nil, 9, unexpectedEOF(err)
 		}
@@ -254,7 +274,7 @@ func (d *msgAppV2Decoder) decodeEntries() (*raftpb.Message, int, error) {
 		if n > d.limit || total > d.limit {
 			return nil, size, fmt.Errorf("%w: entries of %d bytes, limit %d", ErrMessageTooLarge, total, d.limit)
 		}
-		buf := make([]byte, n)
+		buf := d.buf.get(n)
 		if _, err := io.ReadFull(d.r, buf); err != nil {
 			return nil, size, unexpectedEOF(err)
 		}

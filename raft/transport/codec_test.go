@@ -85,13 +85,19 @@ func TestMessageCodecRoundTrip(t *testing.T) {
 		t.Fatalf("encode reported %d bytes, wrote %d", wire, buf.Len())
 	}
 	dec := &messageDecoder{r: &buf, limit: maxStreamMessage}
-	for i, want := range sent {
-		got, _, err := dec.decode()
+	// Decode everything before comparing: the decoder reuses its read
+	// buffer, and nothing decoded may point into it.
+	var got []*raftpb.Message
+	for i := range sent {
+		m, _, err := dec.decode()
 		if err != nil {
 			t.Fatalf("message %d: %v", i, err)
 		}
-		if !proto.Equal(got, want) {
-			t.Fatalf("message %d: got %v, want %v", i, got, want)
+		got = append(got, m)
+	}
+	for i, want := range sent {
+		if !proto.Equal(got[i], want) {
+			t.Fatalf("message %d: got %v, want %v", i, got[i], want)
 		}
 	}
 	if _, _, err := dec.decode(); err != io.EOF {
@@ -139,11 +145,17 @@ func TestMsgAppV2RoundTrip(t *testing.T) {
 	}
 	dec := &msgAppV2Decoder{r: &buf, local: to, remote: from, limit: maxStreamMessage}
 	short := 0
-	for i, want := range sent {
-		got, _, err := dec.decode()
+	// Decode everything before comparing (the decoder reuses its buffer).
+	var decoded []*raftpb.Message
+	for i := range sent {
+		m, _, err := dec.decode()
 		if err != nil {
 			t.Fatalf("message %d: %v", i, err)
 		}
+		decoded = append(decoded, m)
+	}
+	for i, want := range sent {
+		got := decoded[i]
 		if isLinkHeartbeat(want) {
 			if !isLinkHeartbeat(got) {
 				t.Fatalf("message %d: got %v, want a link heartbeat", i, got)
