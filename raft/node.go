@@ -480,6 +480,20 @@ func (n *Node) Step(ctx context.Context, m *raftpb.Message) error {
 	}
 }
 
+// TryStep is Step without waiting: false if the node's receive queue is
+// full (or it has stopped), and the caller keeps m.
+func (n *Node) TryStep(m *raftpb.Message) bool {
+	if m.GetType() == raftpb.MsgSnap {
+		return false
+	}
+	select {
+	case n.recvc <- m:
+		return true
+	default:
+		return false
+	}
+}
+
 func (n *Node) stopErr() error {
 	if e := n.err.Load(); e != nil {
 		return fmt.Errorf("%w: %w", ErrStopped, *e)

@@ -249,6 +249,20 @@ func (r peerRaft) Process(ctx context.Context, m *raftpb.Message) error {
 	return s.node.Step(ctx, m)
 }
 
+// Offer is Process for a message a stream reader hands over directly
+// (transport.Offerer): it never blocks, and leaves to the queue what raft
+// cannot take at once.
+func (r peerRaft) Offer(m *raftpb.Message) (bool, error) {
+	s := r.p.s
+	if m.GetType() == raftpb.MsgSnap {
+		return false, nil
+	}
+	if s.members.IsRemoved(m.GetFrom()) {
+		return false, &transport.RefusedError{Code: http.StatusForbidden, Message: textRemovedMember}
+	}
+	return s.node.TryStep(m), nil
+}
+
 func (r peerRaft) IsIDRemoved(id uint64) bool { return r.p.s.members.IsRemoved(id) }
 
 func (r peerRaft) ReportUnreachable(id uint64) { r.p.s.node.ReportUnreachable(id) }

@@ -70,6 +70,12 @@ type peer struct {
 	// is no leader.
 	recv  [numStreams]chan *raftpb.Message
 	propc chan *raftpb.Message
+	// queued counts, per queue (recv's, then propc), the messages put in
+	// it whose Process call has not returned. Only while it is 0 may the
+	// reader offer a message straight to raft (Offerer): nothing of that
+	// stream is then on its way, so the direct hand-off cannot overtake
+	// an earlier message.
+	queued [numStreams + 1]atomic.Int64
 
 	snapBusy atomic.Bool // a snapshot send is in flight (at most one)
 
@@ -104,9 +110,9 @@ func startPeer(t *Transport, id uint64, urls []url.URL) *peer {
 		p.recv[s] = make(chan *raftpb.Message, t.cfg.RecvQueue)
 		p.writers[s] = startStreamWriter(p, s)
 	}
-	for _, q := range append(p.recv[:], p.propc) {
+	for i, q := range append(p.recv[:], p.propc) {
 		p.wg.Add(1)
-		go p.process(q)
+		go p.process(q, &p.queued[i])
 	}
 	for s := streamMsgApp; s < numStreams; s++ {
 		p.readers[s] = startStreamReader(p, s)
@@ -118,7 +124,7 @@ func startPeer(t *Transport, id uint64, urls []url.URL) *peer {
 }
 
 // process hands one queue's messages to Raft, in order.
-func (p *peer) process(q chan *raftpb.Message) {
+func (p *peer) process(q chan *raftpb.Message, queued *atomic.Int64) {
 	defer p.wg.Done()
 	for {
 		select {
@@ -126,9 +132,40 @@ func (p *peer) process(q chan *raftpb.Message) {
 			if err := p.tr.cfg.Raft.Process(p.ctx, m); err != nil {
 				p.status.log.Warn("failed to process Raft message", "type", m.GetType().String(), "error", err)
 			}
+			queued.Add(-1)
 		case <-p.ctx.Done():
 			return
 		}
+	}
+}
+
+// deliver passes m, read from a stream, to raft: straight to Offer when
+// nothing of that queue is pending, else (or when raft cannot take it at
+// once) through the queue. False if the queue is full and m was dropped.
+// Called only from the stream's reader goroutine, the queue's only
+// producer.
+func (p *peer) deliver(m *raftpb.Message, typ streamType) bool {
+	qi, q := int(typ), p.recv[typ]
+	if m.GetType() == raftpb.MsgProp {
+		qi, q = int(numStreams), p.propc
+	}
+	queued := &p.queued[qi]
+	if o, ok := p.tr.cfg.Raft.(Offerer); ok && queued.Load() == 0 {
+		taken, err := o.Offer(m)
+		if err != nil {
+			p.status.log.Warn("failed to process Raft message", "type", m.GetType().String(), "error", err)
+		}
+		if taken || err != nil {
+			return true
+		}
+	}
+	queued.Add(1)
+	select {
+	case q <- m:
+		return true
+	default:
+		queued.Add(-1)
+		return false
 	}
 }
 

@@ -33,6 +33,16 @@ type Raft interface {
 	ReportSnapshot(id uint64, status etcdraft.SnapshotStatus)
 }
 
+// Offerer is what a Raft may also implement so the stream readers can hand
+// it a message directly, without the hop through a queue and its
+// goroutine (two goroutine switches on every replication round trip).
+// Offer must not block: it steps m if raft can take it at once and
+// returns false otherwise, and the reader then queues m as usual. Its
+// error, like Process's, is logged.
+type Offerer interface {
+	Offer(m *raftpb.Message) (taken bool, err error)
+}
+
 // RefusedError is what Raft.Process returns to refuse a message with a
 // status other than 500. etcd refuses messages from removed members with
 // 403 "cannot process message from removed member", which the sending

@@ -14,8 +14,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"go.etcd.io/raft/v3/raftpb"
 )
 
 // streamReader dials one stream type at the peer (GET
@@ -201,13 +199,7 @@ func (r *streamReader) decodeLoop(body io.ReadCloser) error {
 			continue // link-level keep-alive; raft never sees it
 		}
 		r.p.received[r.typ].Add(1)
-		q := r.p.recv[r.typ]
-		if m.GetType() == raftpb.MsgProp {
-			q = r.p.propc
-		}
-		select {
-		case q <- m:
-		default:
+		if !r.p.deliver(m, r.typ) {
 			t.m.recvFailures.WithLabelValues(FormatID(m.GetFrom())).Inc()
 			now := time.Now().UnixNano()
 			if last := r.lastDropLog.Load(); now-last >= int64(time.Second) && r.lastDropLog.CompareAndSwap(last, now) {
