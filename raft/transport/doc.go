@@ -49,7 +49,11 @@
 //   - Received messages go to Raft.Process through a queue per peer and
 //     stream (RecvQueue), and proposals forwarded to the leader have a
 //     queue of their own. A slow Process on one stream therefore never
-//     stalls another.
+//     stalls another. While a queue is empty, its reader hands each
+//     message straight to raft instead (Offerer), if raft can take it
+//     without waiting; a message it cannot take, and every one after it
+//     until the queue drains, goes through the queue, so the stream's
+//     order holds.
 //   - A stream that fails is dialled again with a backoff that starts at
 //     DialRetryMin, doubles up to DialRetryMax, and resets once the
 //     stream connects.
