@@ -303,3 +303,44 @@ func TestClientSANVerification(t *testing.T) {
 		}
 	}
 }
+
+// TestAllowedNamesBothWays: as in etcd, where one TLS config serves the
+// peer listener and the peer dialer, --peer-cert-allowed-cn and
+// --peer-cert-allowed-hostname also apply to the certificate of a member
+// this one dials, with etcd's error text. The member outside the list
+// is refused in both directions.
+func TestAllowedNamesBothWays(t *testing.T) {
+	ca := newTestCA(t, "ca")
+	for _, c := range []struct {
+		name  string
+		guard func(*config.TLSInfo)
+	}{
+		{"CN", func(i *config.TLSInfo) { i.AllowedCNs = []string{"b"} }},
+		{"hostname", func(i *config.TLSInfo) { i.AllowedHostnames = []string{"b.example"} }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := tlsMember(t, 1, ca, "a", c.guard)
+			cCert, cKey, _ := ca.issue(t, "c", "127.0.0.1") // CN c, no DNS SAN
+			cSrv, cCli := peerTLS(t, cCert, cKey, ca.file, nil)
+			other := newMember(t, 3, 100, cSrv, func(cfg *Config) { cfg.ClientTLS = cCli })
+			// Only a dials: other's listener accepts anyone from ca.
+			if err := a.tr.AddPeer(3, []string{other.url}); err != nil {
+				t.Fatal(err)
+			}
+			poll.Until(t, "a's dial error naming the refused certificate", func() bool {
+				st, _ := a.tr.PeerStatus(3)
+				return strings.Contains(st.LastError, "client certificate authentication failed")
+			})
+			if st, _ := a.tr.PeerStatus(3); st.ReadingMessage || st.ReadingMsgApp {
+				t.Fatalf("a reads from a member outside its allowed %s list: %+v", c.name, st)
+			}
+			// The other way round, a's listener refuses with the same text.
+			resp, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: cCli}}).Get(a.url + "/raft/probing")
+			if err == nil {
+				resp.Body.Close()
+				t.Fatal("a's listener accepted a certificate outside its allowed list")
+			}
+		})
+	}
+}
+
