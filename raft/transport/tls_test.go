@@ -344,3 +344,46 @@ func TestAllowedNamesBothWays(t *testing.T) {
 	}
 }
 
+// TestLocalAddr: with Config.LocalAddr (etcd's SetMemberLocalAddr gate)
+// a member connects from that address, so a peer that checks the client
+// certificate's IP SANs against the connection's source accepts a
+// certificate issued for the member's host IP only, even over loopback
+// (etcd's TestEtcdPeerLocalAddr). 127.0.0.2 stands in for the host IP:
+// it is on lo, like the rest of 127/8.
+func TestLocalAddr(t *testing.T) {
+	ca := newTestCA(t, "ca")
+	aCert, aKey, _ := ca.issue(t, "a", "127.0.0.1")
+	aSrv, aCli := peerTLS(t, aCert, aKey, ca.file, nil)
+	a := newMember(t, 1, 100, aSrv, func(c *Config) { c.ClientTLS = aCli })
+	hostCert, hostKey, _ := ca.issue(t, "b", "127.0.0.2")
+	_, hostCli := peerTLS(t, hostCert, hostKey, ca.file, nil)
+
+	without := newMember(t, 2, 100, nil, func(c *Config) { c.ClientTLS = hostCli })
+	if err := without.tr.AddPeer(1, []string{a.url}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the dial from 127.0.0.1 refused by a's SAN check", func() bool {
+		st, _ := without.tr.PeerStatus(1)
+		return st.LastError != ""
+	})
+
+	with := newMember(t, 3, 100, nil, func(c *Config) { c.ClientTLS = hostCli; c.LocalAddr = net.ParseIP("127.0.0.2") })
+	if err := with.tr.AddPeer(1, []string{a.url}); err != nil {
+		t.Fatal(err)
+	}
+	// a serves streams to the members it knows only.
+	for _, m := range []*member{without, with} {
+		if err := a.tr.AddPeer(m.id, []string{m.url}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.Until(t, "streams from 127.0.0.2", func() bool {
+		st, _ := with.tr.PeerStatus(1)
+		return st.ReadingMsgApp && st.ReadingMessage
+	})
+	with.tr.Send([]*raftpb.Message{msg(raftpb.MsgVote, 3, 1, 5, 5)})
+	poll.Until(t, "the vote from the member with a local address", func() bool { return a.raft.count(raftpb.MsgVote) == 1 })
+	if st, _ := without.tr.PeerStatus(1); st.ReadingMsgApp || st.ReadingMessage {
+		t.Fatalf("the member without a local address got through: %+v", st)
+	}
+}
