@@ -58,7 +58,9 @@ type Config struct {
 	// DialRetryMin and DialRetryMax bound the backoff between attempts to
 	// open a stream: it starts at DialRetryMin, doubles after each failed
 	// attempt up to DialRetryMax, and resets once a stream connects.
-	// Default 100 ms (etcd's fixed retry interval) and 1 s.
+	// Default 100 ms (etcd's fixed retry interval) and 1 s. A stream
+	// that was up is redialed at once when it is lost, as etcd's are
+	// (at most one dial per 100 ms), and the backoff applies from there.
 	DialRetryMin, DialRetryMax time.Duration
 	// ProbeInterval is how often each peer's /raft/probing is fetched to
 	// measure the round trip (etcd_network_peer_round_trip_time_seconds).
