@@ -522,6 +522,26 @@ func TestClusterLeaderHandsOffOnStop(t *testing.T) {
 	mustPut(t, c.followers()[0], "k", "w")
 }
 
+// Members stopped one right after the other, the leader last (as etcd's
+// e2e framework and a shell loop stop a cluster): the leader's peers are
+// gone, so its hand-off has nobody to go to. It must not ask a member that
+// just stopped to lead and wait the request timeout (7 s here) for it:
+// the transport finds a lost peer unreachable at once (redialing its
+// streams without backoff), and a hand-off gives up when its transferee
+// becomes unreachable.
+func TestClusterLastLeaderStopsWithoutWaiting(t *testing.T) {
+	c := newTestCluster(t, 3)
+	lead := c.leader()
+	mustPut(t, lead, "k", "v")
+	for _, f := range c.followers() {
+		c.stop(f)
+	}
+	c.stop(lead)
+	if log := lead.logText(); strings.Contains(log, "leader transfer took too long") {
+		t.Fatalf("the last member waited out a leadership transfer to a member that had stopped:\n%s", log)
+	}
+}
+
 // MoveLeader hands leadership to the member named; on a follower it is
 // refused with etcd's error.
 func TestClusterMoveLeader(t *testing.T) {

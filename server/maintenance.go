@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -244,7 +245,33 @@ func (s *Server) handOffLeadership() {
 	if to == 0 {
 		return // alone, or no other voter is reachable
 	}
-	if err := s.moveLeader(context.Background(), to); err != nil {
+	// A transferee that becomes unreachable meanwhile (it was stopping
+	// too: members of a cluster are often stopped one after the other)
+	// will not take over; stop at once instead of waiting out the
+	// request timeout.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	go func() {
+		tick := time.NewTicker(s.cfg.HeartbeatInterval())
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if s.peers.tr.ActiveSince(to).IsZero() {
+					cancel(errTransfereeUnreachable)
+					return
+				}
+			}
+		}
+	}()
+	if err := s.moveLeader(ctx, to); err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, errTransfereeUnreachable) {
+			err = cause
+		}
 		s.lg.Warn("failed to transfer leadership before stopping", "transferee-member-id", fmt.Sprintf("%x", to), "error", err)
 	}
 }
+
+var errTransfereeUnreachable = errors.New("the transferee became unreachable")

@@ -22,6 +22,7 @@ import (
 	"github.com/strata-db/strata/membership"
 	"github.com/strata-db/strata/raft"
 	"github.com/strata-db/strata/raft/transport"
+	"github.com/strata-db/strata/server/config"
 )
 
 // The peer side of the member: raft/transport on --listen-peer-urls,
@@ -71,22 +72,32 @@ func newPeers(s *Server) (*peers, error) {
 		return nil, fmt.Errorf("peer TLS: %w", err)
 	}
 	p := &peers{s: s, outgoing: map[uint64]raft.OutgoingSnapshot{}}
+	// With the SetMemberLocalAddr gate every peer connection leaves from
+	// the advertised host IP, the transport's and p.rt's alike.
+	local := net.ParseIP(cfg.PeerLocalAddr())
+	if local != nil {
+		s.lg.Info("setting member local address", "LocalAddr", local.String())
+	} else if cfg.FeatureEnabled(config.FeatureSetMemberLocalAddr) {
+		s.lg.Warn("unable to set a member local address due to lack of suitable local addresses", "advertise-peer-urls", membership.URLStrings(cfg.AdvertisePeerURLs))
+	}
+	dial := time.Second + cfg.ElectionTimeout()
 	p.tr, err = transport.New(transport.Config{
 		ID: s.id, ClusterID: s.cluster,
 		URLs:      membership.URLStrings(cfg.AdvertisePeerURLs),
 		Raft:      peerRaft{p},
 		Snapshots: peerSnapshots{p},
 		ClientTLS: clientTLS,
+		LocalAddr: local,
 		Logger:    s.lg,
 		// etcd dials a peer for up to 1 s plus the election timeout.
-		DialTimeout: time.Second + cfg.ElectionTimeout(),
+		DialTimeout: dial,
 	})
 	if err != nil {
 		return nil, err
 	}
 	p.rt = &http.Transport{
 		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: time.Second + cfg.ElectionTimeout()}).DialContext,
+		DialContext:         transport.NewDialer(local, dial).DialContext,
 		TLSClientConfig:     clientTLS,
 		TLSHandshakeTimeout: 10 * time.Second,
 		MaxIdleConnsPerHost: 16,

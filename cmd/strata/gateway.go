@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,6 +40,9 @@ Flags:
 // runGateway is `strata gateway start` with etcd's flags, defaults and
 // messages. It returns the exit code.
 func runGateway(args []string, stdout, stderr io.Writer) int {
+	if rest, ok := withoutSubcommand(args, "start"); ok {
+		args = append([]string{"start"}, rest...)
+	}
 	if len(args) == 0 || args[0] != "start" {
 		if len(args) > 0 && args[0] != "-h" && args[0] != "--help" && args[0] != "help" {
 			fmt.Fprintf(stderr, "unknown gateway command %q\n", args[0])
@@ -92,6 +96,31 @@ func runGateway(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// withoutSubcommand finds the subcommand as etcd's command line (cobra)
+// does: the first argument that is neither a flag nor a flag's value,
+// where a flag without "=" takes the argument after it as its value (the
+// gateway command itself has no boolean flags). When that argument is
+// sub, it returns the other arguments in their order, so flags may come
+// before the subcommand: etcd gateway --endpoints=... start.
+func withoutSubcommand(args []string, sub string) ([]string, bool) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return nil, false
+		case strings.HasPrefix(a, "-") && len(a) > 1:
+			if !strings.Contains(a, "=") {
+				i++ // its value
+			}
+		case a == sub:
+			return append(slices.Clone(args[:i]), args[i+1:]...), true
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
 }
 
 var errBadEndpoint = errors.New("error parsing endpoint")

@@ -54,9 +54,11 @@
 //     without waiting; a message it cannot take, and every one after it
 //     until the queue drains, goes through the queue, so the stream's
 //     order holds.
-//   - A stream that fails is dialled again with a backoff that starts at
-//     DialRetryMin, doubles up to DialRetryMax, and resets once the
-//     stream connects.
+//   - A stream that was up and is lost is dialled again at once (at most
+//     one dial per 100 ms, as etcd), so a peer that went away is marked
+//     inactive within a round trip. A dial that fails is retried with a
+//     backoff that starts at DialRetryMin, doubles up to DialRetryMax,
+//     and resets once the stream connects.
 //
 // # Snapshots
 //

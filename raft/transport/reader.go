@@ -16,6 +16,11 @@ import (
 	"time"
 )
 
+// redialInterval is the least time between a stream's dial and the redial
+// after that stream is lost: etcd's stream readers dial at most once per
+// 100 ms.
+const redialInterval = 100 * time.Millisecond
+
 // streamReader dials one stream type at the peer (GET
 // /raft/stream/<type>/<our id>) and reads what the peer's writer sends,
 // redialing with backoff for as long as the peer exists.
@@ -61,7 +66,9 @@ func (r *streamReader) run() {
 	cfg := &r.p.tr.cfg
 	backoff := cfg.DialRetryMin
 	for {
+		dialed := time.Now()
 		body, err := r.dial()
+		lost := false
 		switch {
 		case err == nil:
 			r.lastDialErr = ""
@@ -78,6 +85,7 @@ func (r *streamReader) run() {
 			if !errors.Is(err, io.EOF) && !isClosedConn(err) {
 				r.p.status.deactivate(r.typ.String(), "read", err)
 			}
+			lost = true
 		case r.ctx.Err() != nil:
 		case errors.Is(err, ErrUnsupportedStream):
 			backoff = min(backoff*2, cfg.DialRetryMax)
@@ -92,6 +100,16 @@ func (r *streamReader) run() {
 		// Jitter (up to a quarter of the wait) keeps members that lost
 		// each other at the same moment from redialing in lockstep.
 		wait := backoff - time.Duration(rand.Int64N(int64(backoff)/4+1))
+		if lost {
+			// As etcd's reader, whose dials are rate-limited to one per
+			// 100 ms with a burst of one: a stream that was up is
+			// redialed at once (no sooner than redialInterval after the
+			// dial that opened it). A peer that went away is then found
+			// unreachable, and marked inactive, within a round trip
+			// rather than a backoff, so a leader that stops right after
+			// it does not ask it to lead (server's handOffLeadership).
+			wait = redialInterval - time.Since(dialed)
+		}
 		timer := time.NewTimer(wait)
 		select {
 		case <-r.ctx.Done():

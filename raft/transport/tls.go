@@ -17,9 +17,8 @@ import (
 // rd) fails instead of hanging, and connections are never reused: a
 // timed-out connection must not go back to the pool. Without them
 // (pipeline, snapshots, probes) idle connections are kept for reuse.
-func newRoundTripper(tlsCfg *tls.Config, dial, rd, wr time.Duration) *http.Transport {
-	nd := &net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second}
-	d := dialer{nd}
+func newRoundTripper(tlsCfg *tls.Config, local net.IP, dial, rd, wr time.Duration) *http.Transport {
+	d := NewDialer(local, dial)
 	tr := &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
 		TLSClientConfig:     tlsCfg,
@@ -42,14 +41,36 @@ func newRoundTripper(tlsCfg *tls.Config, dial, rd, wr time.Duration) *http.Trans
 	return tr
 }
 
-// dialer dials TCP, or the unix socket of a unix(s):// peer URL.
-type dialer struct{ d *net.Dialer }
+// Dialer dials other members' peer ports: TCP, or the unix socket of a
+// unix(s):// peer URL.
+type Dialer struct {
+	tcp, unix *net.Dialer
+}
 
-func (d dialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	if _, ok := unixHosts.Load(addr); ok {
-		return d.d.DialContext(ctx, "unix", addr)
+// NewDialer returns a Dialer with the given connect timeout. A non-nil
+// local is the source address of every TCP connection, as etcd's
+// SetMemberLocalAddr gate asks (config.PeerLocalAddr): a member whose
+// peer certificate names only its host IP then connects from that IP, and
+// peers checking the client certificate's SANs against the connection's
+// address accept it even when they are reached over loopback. Unix
+// sockets have no IP and ignore it.
+func NewDialer(local net.IP, timeout time.Duration) Dialer {
+	d := Dialer{
+		tcp:  &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second},
+		unix: &net.Dialer{Timeout: timeout},
 	}
-	return d.d.DialContext(ctx, network, addr)
+	if local != nil {
+		d.tcp.LocalAddr = &net.TCPAddr{IP: local}
+	}
+	return d
+}
+
+// DialContext is net.Dialer's, for http.Transport.DialContext.
+func (d Dialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	if _, ok := unixHosts.Load(addr); ok {
+		return d.unix.DialContext(ctx, "unix", addr)
+	}
+	return d.tcp.DialContext(ctx, network, addr)
 }
 
 // timeoutConn sets a deadline before every Read and Write.

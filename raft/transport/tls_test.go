@@ -303,3 +303,87 @@ func TestClientSANVerification(t *testing.T) {
 		}
 	}
 }
+
+// TestAllowedNamesBothWays: as in etcd, where one TLS config serves the
+// peer listener and the peer dialer, --peer-cert-allowed-cn and
+// --peer-cert-allowed-hostname also apply to the certificate of a member
+// this one dials, with etcd's error text. The member outside the list
+// is refused in both directions.
+func TestAllowedNamesBothWays(t *testing.T) {
+	ca := newTestCA(t, "ca")
+	for _, c := range []struct {
+		name  string
+		guard func(*config.TLSInfo)
+	}{
+		{"CN", func(i *config.TLSInfo) { i.AllowedCNs = []string{"b"} }},
+		{"hostname", func(i *config.TLSInfo) { i.AllowedHostnames = []string{"b.example"} }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := tlsMember(t, 1, ca, "a", c.guard)
+			cCert, cKey, _ := ca.issue(t, "c", "127.0.0.1") // CN c, no DNS SAN
+			cSrv, cCli := peerTLS(t, cCert, cKey, ca.file, nil)
+			other := newMember(t, 3, 100, cSrv, func(cfg *Config) { cfg.ClientTLS = cCli })
+			// Only a dials: other's listener accepts anyone from ca.
+			if err := a.tr.AddPeer(3, []string{other.url}); err != nil {
+				t.Fatal(err)
+			}
+			poll.Until(t, "a's dial error naming the refused certificate", func() bool {
+				st, _ := a.tr.PeerStatus(3)
+				return strings.Contains(st.LastError, "client certificate authentication failed")
+			})
+			if st, _ := a.tr.PeerStatus(3); st.ReadingMessage || st.ReadingMsgApp {
+				t.Fatalf("a reads from a member outside its allowed %s list: %+v", c.name, st)
+			}
+			// The other way round, a's listener refuses with the same text.
+			resp, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: cCli}}).Get(a.url + "/raft/probing")
+			if err == nil {
+				resp.Body.Close()
+				t.Fatal("a's listener accepted a certificate outside its allowed list")
+			}
+		})
+	}
+}
+
+// TestLocalAddr: with Config.LocalAddr (etcd's SetMemberLocalAddr gate)
+// a member connects from that address, so a peer that checks the client
+// certificate's IP SANs against the connection's source accepts a
+// certificate issued for the member's host IP only, even over loopback
+// (etcd's TestEtcdPeerLocalAddr). 127.0.0.2 stands in for the host IP:
+// it is on lo, like the rest of 127/8.
+func TestLocalAddr(t *testing.T) {
+	ca := newTestCA(t, "ca")
+	aCert, aKey, _ := ca.issue(t, "a", "127.0.0.1")
+	aSrv, aCli := peerTLS(t, aCert, aKey, ca.file, nil)
+	a := newMember(t, 1, 100, aSrv, func(c *Config) { c.ClientTLS = aCli })
+	hostCert, hostKey, _ := ca.issue(t, "b", "127.0.0.2")
+	_, hostCli := peerTLS(t, hostCert, hostKey, ca.file, nil)
+
+	without := newMember(t, 2, 100, nil, func(c *Config) { c.ClientTLS = hostCli })
+	if err := without.tr.AddPeer(1, []string{a.url}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the dial from 127.0.0.1 refused by a's SAN check", func() bool {
+		st, _ := without.tr.PeerStatus(1)
+		return st.LastError != ""
+	})
+
+	with := newMember(t, 3, 100, nil, func(c *Config) { c.ClientTLS = hostCli; c.LocalAddr = net.ParseIP("127.0.0.2") })
+	if err := with.tr.AddPeer(1, []string{a.url}); err != nil {
+		t.Fatal(err)
+	}
+	// a serves streams to the members it knows only.
+	for _, m := range []*member{without, with} {
+		if err := a.tr.AddPeer(m.id, []string{m.url}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.Until(t, "streams from 127.0.0.2", func() bool {
+		st, _ := with.tr.PeerStatus(1)
+		return st.ReadingMsgApp && st.ReadingMessage
+	})
+	with.tr.Send([]*raftpb.Message{msg(raftpb.MsgVote, 3, 1, 5, 5)})
+	poll.Until(t, "the vote from the member with a local address", func() bool { return a.raft.count(raftpb.MsgVote) == 1 })
+	if st, _ := without.tr.PeerStatus(1); st.ReadingMsgApp || st.ReadingMessage {
+		t.Fatalf("the member without a local address got through: %+v", st)
+	}
+}

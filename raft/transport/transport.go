@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -37,6 +38,10 @@ type Config struct {
 	// listener's side (peer certificate checks, allowed CN and hostname,
 	// CRL) is the server's *tls.Config: see ServerTLS.
 	ClientTLS *tls.Config
+	// LocalAddr, when set, is the source IP of every TCP connection to a
+	// peer (etcd's SetMemberLocalAddr gate: config.PeerLocalAddr); nil
+	// lets the kernel choose.
+	LocalAddr net.IP
 	// Logger gets the transport's logs; nil discards them.
 	Logger *slog.Logger
 	// FS is where received snapshot images are written; nil is vfs.Default.
@@ -53,7 +58,9 @@ type Config struct {
 	// DialRetryMin and DialRetryMax bound the backoff between attempts to
 	// open a stream: it starts at DialRetryMin, doubles after each failed
 	// attempt up to DialRetryMax, and resets once a stream connects.
-	// Default 100 ms (etcd's fixed retry interval) and 1 s.
+	// Default 100 ms (etcd's fixed retry interval) and 1 s. A stream
+	// that was up is redialed at once when it is lost, as etcd's are
+	// (at most one dial per 100 ms), and the backoff applies from there.
 	DialRetryMin, DialRetryMax time.Duration
 	// ProbeInterval is how often each peer's /raft/probing is fetched to
 	// measure the round trip (etcd_network_peer_round_trip_time_seconds).
@@ -163,8 +170,8 @@ func New(cfg Config) (*Transport, error) {
 		removed:    make(chan struct{}),
 	}
 	t.rep = newReporter(cfg.Raft)
-	t.streamRT = newRoundTripper(cfg.ClientTLS, cfg.DialTimeout, cfg.ConnReadTimeout, cfg.ConnWriteTimeout)
-	t.pipelineRT = newRoundTripper(cfg.ClientTLS, cfg.DialTimeout, 0, 0)
+	t.streamRT = newRoundTripper(cfg.ClientTLS, cfg.LocalAddr, cfg.DialTimeout, cfg.ConnReadTimeout, cfg.ConnWriteTimeout)
+	t.pipelineRT = newRoundTripper(cfg.ClientTLS, cfg.LocalAddr, cfg.DialTimeout, 0, 0)
 	t.handler = t.newRaftHandler()
 	return t, nil
 }

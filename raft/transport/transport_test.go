@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -317,4 +318,27 @@ func TestPipelineWithoutStreams(t *testing.T) {
 	}
 	b.tr.Send([]*raftpb.Message{msg(raftpb.MsgVoteResp, 2, 1, 4, 0)})
 	poll.Until(t, "the answer through b's remote for a", func() bool { return a.raft.count(raftpb.MsgVoteResp) == 1 })
+}
+
+// TestLostStreamRedialedAtOnce: as etcd's stream readers, a stream that
+// was up is redialed as soon as it is lost instead of after the dial
+// backoff, so a peer that went away is found unreachable (inactive) at
+// once. The backoff here is an hour: waiting it out would time out.
+func TestLostStreamRedialedAtOnce(t *testing.T) {
+	slow := func(c *Config) { c.DialRetryMin, c.DialRetryMax = time.Hour, time.Hour }
+	a, b := newMember(t, 1, 100, nil, slow), newMember(t, 2, 100, nil, slow)
+	connect(t, a, b)
+	waitStreams(t, a, b)
+	// As the server stops: the transport first, which ends b's streams
+	// cleanly (a's readers see io.EOF, which is no failure), then the
+	// peer port.
+	b.tr.Stop()
+	b.srv.Close()
+	poll.Until(t, "a to find b inactive", func() bool {
+		st, _ := a.tr.PeerStatus(2)
+		return !st.Active && st.LastError != ""
+	})
+	if !a.tr.ActiveSince(2).IsZero() {
+		t.Fatal("b still counts as connected")
+	}
 }

@@ -30,7 +30,7 @@ func TestUnixPeerURL(t *testing.T) {
 	if us[0].Scheme != "http" || us[0].Host != sock {
 		t.Fatalf("parsed %v", us[0])
 	}
-	cl := &http.Client{Transport: newRoundTripper(nil, time.Second, 0, 0)}
+	cl := &http.Client{Transport: newRoundTripper(nil, nil, time.Second, 0, 0)}
 	resp, err := cl.Get(us[0].String() + "/version")
 	if err != nil {
 		t.Fatal(err)

@@ -87,7 +87,7 @@ func (c *Config) StartAttrs(memberInitialized bool) []any {
 		"advertise-client-urls", urlStrings(c.AdvertiseClientURLs),
 		"listen-client-urls", urlStrings(c.ListenClientURLs),
 		"listen-metrics-urls", urlStrings(c.ListenMetricsURLs),
-		"local-address", c.localAddress(),
+		"local-address", c.PeerLocalAddr(),
 		"cors", sortedStrings(c.CORS),
 		"host-whitelist", sortedStrings(c.HostWhitelist),
 		"initial-cluster", initialCluster,
@@ -176,10 +176,11 @@ func (c *Config) initialClusterString() string {
 	return strings.Join(pairs, ",")
 }
 
-// localAddress is the member's local address for peer dials, as etcd
+// PeerLocalAddr is the member's local address for peer dials, as etcd
 // infers it: with the SetMemberLocalAddr gate, the first advertised peer
-// URL whose host is an IP that is neither loopback nor unspecified.
-func (c *Config) localAddress() string {
+// URL whose host is an IP that is neither loopback nor unspecified; ""
+// (the kernel chooses) without the gate or without such a URL.
+func (c *Config) PeerLocalAddr() string {
 	if !c.FeatureEnabled(FeatureSetMemberLocalAddr) {
 		return ""
 	}

@@ -99,3 +99,26 @@ func decodeOrdered(t *testing.T, line string) ([]string, map[string]any) {
 	}
 	return keys, m
 }
+
+// TestPeerLocalAddr: etcd's InferLocalAddr. With the SetMemberLocalAddr
+// gate the first advertised peer URL whose host is an IP, neither
+// loopback nor unspecified, is the source of peer dials (first in the
+// sorted order that etcd's types.NewURLs gives the flag's URLs); without
+// the gate, or without such a URL, the kernel chooses ("").
+func TestPeerLocalAddr(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--initial-advertise-peer-urls=https://10.1.2.3:2380"}, ""},
+		{[]string{"--feature-gates=SetMemberLocalAddr=true", "--initial-advertise-peer-urls=https://10.1.2.3:2380"}, "10.1.2.3"},
+		{[]string{"--feature-gates=SetMemberLocalAddr=true", "--initial-advertise-peer-urls=https://127.0.0.1:2380,https://host.example:2380,https://0.0.0.0:2381,https://[2001:db8::7]:2380,https://10.9.9.9:2380"}, "10.9.9.9"},
+		{[]string{"--feature-gates=SetMemberLocalAddr=true", "--initial-advertise-peer-urls=https://localhost:2380,https://[2001:db8::7]:2380"}, "2001:db8::7"},
+		{[]string{"--feature-gates=SetMemberLocalAddr=true", "--initial-advertise-peer-urls=https://127.0.0.1:2380"}, ""},
+	} {
+		cfg, _ := mustParse(t, append([]string{"--name=n1", "--listen-peer-urls=https://0.0.0.0:2380", "--peer-auto-tls"}, c.args...), nil)
+		if got := cfg.PeerLocalAddr(); got != c.want {
+			t.Errorf("%q: PeerLocalAddr() = %q, want %q", c.args, got, c.want)
+		}
+	}
+}

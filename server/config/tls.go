@@ -41,8 +41,9 @@ func (c *Config) PeerTLS() (*tls.Config, error) {
 }
 
 // PeerClientTLS is the *tls.Config for dialing other members: the peer
-// client certificate (--peer-client-cert-file, else --peer-cert-file) and
-// --peer-trusted-ca-file as roots. nil without peer TLS.
+// client certificate (--peer-client-cert-file, else --peer-cert-file),
+// --peer-trusted-ca-file as roots, and the allowed CN and hostname lists
+// applied to the dialed member's certificate. nil without peer TLS.
 func (c *Config) PeerClientTLS() (*tls.Config, error) {
 	info, err := c.resolveAuto(c.PeerSecurity, "peer", hostsOf(c.ListenPeerURLs))
 	if err != nil || info.Empty() {
@@ -61,6 +62,13 @@ func (c *Config) PeerClientTLS() (*tls.Config, error) {
 		return nil, err
 	}
 	cfg.Certificates = []tls.Certificate{cert}
+	// As in etcd, where the peer listener and the peer dialer share one
+	// TLS config, --peer-cert-allowed-cn and --peer-cert-allowed-hostname
+	// also restrict the certificates of the members this one dials (the
+	// CRL applies to the listener only).
+	if len(info.AllowedCNs) > 0 || len(info.AllowedHostnames) > 0 {
+		cfg.VerifyPeerCertificate = verifyCert(nil, info.AllowedCNs, info.AllowedHostnames)
+	}
 	if info.TrustedCAFile != "" {
 		if cfg.RootCAs, err = loadPool(info.TrustedCAFile); err != nil {
 			return nil, err
@@ -156,6 +164,12 @@ func (c *Config) serverTLS(info TLSInfo, side string, hosts []string) (*tls.Conf
 	return cfg, nil
 }
 
+// errCertAuth is etcd's error for a certificate outside the allowed CN or
+// hostname lists, on either side of the handshake; the refused side's
+// log shows it ("rejected connection on peer endpoint"), the other side
+// sees "remote error: tls: bad certificate".
+var errCertAuth = errors.New("client certificate authentication failed")
+
 // verifyCert applies the CRL and the allowed CN/hostname lists after Go's
 // chain verification. Checking every presented certificate against the
 // CRL also catches a revoked intermediate.
@@ -178,10 +192,10 @@ func verifyCert(revoked map[string]bool, cns, hostnames []string) func([][]byte,
 			}
 		}
 		if len(cns) > 0 && !slices.Contains(cns, leaf.Subject.CommonName) {
-			return fmt.Errorf("tls: CommonName authentication failed (CN %q not in allowed list)", leaf.Subject.CommonName)
+			return errCertAuth
 		}
 		if len(hostnames) > 0 && !slices.ContainsFunc(hostnames, func(h string) bool { return leaf.VerifyHostname(h) == nil }) {
-			return errors.New("tls: hostname authentication failed")
+			return errCertAuth
 		}
 		return nil
 	}
