@@ -805,13 +805,7 @@ func relayN(br *bufio.Reader, p *pipe, k int64) error {
 // relayChunked relays a chunked body: size lines, chunks and trailer.
 func (c *proxyConn) relayChunked(br *bufio.Reader, p *pipe) error {
 	for {
-		line, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			err = errNotHTTP
-		}
-		if !p.send(bytes.Clone(line)) {
-			return net.ErrClosed
-		}
+		line, err := relayLine(br, p)
 		if err != nil {
 			return err
 		}
@@ -823,13 +817,7 @@ func (c *proxyConn) relayChunked(br *bufio.Reader, p *pipe) error {
 		if k == 0 {
 			// Trailer fields, then the blank line.
 			for {
-				line, err := br.ReadSlice('\n')
-				if errors.Is(err, bufio.ErrBufferFull) {
-					err = errNotHTTP
-				}
-				if !p.send(bytes.Clone(line)) {
-					return net.ErrClosed
-				}
+				line, err := relayLine(br, p)
 				if err != nil {
 					return err
 				}
@@ -843,4 +831,18 @@ func (c *proxyConn) relayChunked(br *bufio.Reader, p *pipe) error {
 			return err
 		}
 	}
+}
+
+// relayLine relays one CRLF-terminated line and returns it; a line longer
+// than the reader's buffer is not HTTP.
+func relayLine(br *bufio.Reader, p *pipe) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) {
+		err = errNotHTTP
+	}
+	line = bytes.Clone(line)
+	if !p.send(line) {
+		return nil, net.ErrClosed
+	}
+	return line, err
 }

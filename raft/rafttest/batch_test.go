@@ -13,18 +13,7 @@ import (
 // cluster's bottleneck (two entries per sync under 1000 clients).
 func TestFollowerBatchesQueuedAppends(t *testing.T) {
 	const backlog = 40 // below the cluster's MaxInflightMsgs (64)
-	c := NewCluster(t, Options{N: 3, Seed: 3})
-	if _, err := c.ProposeAndWait([]byte("first"), 20*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	lead := c.Leader()
-	var f *Member
-	for _, m := range c.Members {
-		if m != lead {
-			f = m
-			break
-		}
-	}
+	c, _, f := startWithFollower(t, 3)
 	// Hold f's next WAL fdatasync until gate opens, counting every sync.
 	gate := make(chan struct{})
 	blocked := make(chan struct{}, 1)
@@ -68,4 +57,22 @@ func TestFollowerBatchesQueuedAppends(t *testing.T) {
 	if err := c.CheckConverged(last); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startWithFollower starts 3 members, commits a first entry, and returns
+// the cluster, its leader and one follower.
+func startWithFollower(t *testing.T, seed uint64) (c *Cluster, lead, f *Member) {
+	t.Helper()
+	c = NewCluster(t, Options{N: 3, Seed: seed})
+	if _, err := c.ProposeAndWait([]byte("first"), 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	lead = c.Leader()
+	for _, m := range c.Members {
+		if m != lead {
+			return c, lead, m
+		}
+	}
+	t.Fatal("no follower")
+	return
 }

@@ -104,18 +104,7 @@ func TestReadIndexSurvivesLeaderChange(t *testing.T) {
 // 3-member cluster slower than etcd's.
 func TestOneReadIndexInFlight(t *testing.T) {
 	const readers, each = 20, 30
-	c := NewCluster(t, Options{N: 3, Seed: 4})
-	if _, err := c.ProposeAndWait([]byte("first"), 20*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	lead := c.Leader()
-	var f *Member
-	for _, m := range c.Members {
-		if m != lead {
-			f = m
-			break
-		}
-	}
+	c, _, f := startWithFollower(t, 4)
 	// Slow links, so readers pile up behind each round.
 	c.Net.SetFaults(Faults{MaxDelay: 3 * time.Millisecond})
 	var (
