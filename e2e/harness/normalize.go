@@ -441,8 +441,10 @@ var jsonMask = map[string]string{
 	"db_size": "<size>", "db_size_in_use": "<size>",
 	"hash": "<hash>",
 	// etcd moves its storage version from 3.5.0 to the cluster version a
-	// few seconds after start, so two etcd runs differ by timing alone.
+	// few seconds after start, so two etcd runs differ by timing alone
+	// ("storage" is /version's name for it).
 	"storageVersion": "<storage-version>", "storage_version": "<storage-version>",
+	"storage": "<storage-version>",
 }
 
 func (n *Normalizer) jsonValue(key string, v any) any {

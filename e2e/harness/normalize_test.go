@@ -28,6 +28,7 @@ func TestNormalizeMasksRunDifferences(t *testing.T) {
 		{"Member f19ddbe6fe830bf1 added as learner to cluster 148276a8f75b6a87", "Member  9ddbe6fe830bf1 added as learner to cluster  48276a8f75b6a87"},
 		{`"RaftTerm" : 2`, `"RaftTerm" : 7`},
 		{"[+]b ok\n[+]a ok\nok", "[+]a ok\n[+]b ok\nok"},
+		{`{"etcdcluster":"3.7.0","etcdserver":"3.7.x","storage":"3.5.0"}`, `{"etcdcluster":"3.7.0","etcdserver":"3.7.x","storage":"3.7.0"}`},
 	}
 	for _, c := range cases {
 		a := NewNormalizer()
