@@ -200,6 +200,9 @@ type readWaiter struct {
 	index uint64
 	err   error
 	done  chan struct{}
+	// deadline, if set, is when the raft goroutine gives up on the read
+	// (expireReads) with context.DeadlineExceeded.
+	deadline time.Time
 }
 
 // readBatch is the readers one raft ReadIndex request serves.

@@ -42,7 +42,15 @@ func (s *Server) fill(h *pb.ResponseHeader) {
 // linearizableRead waits until a read served from the local store
 // reflects every write committed before it was called.
 func (s *Server) linearizableRead(caller context.Context) error {
-	ctx, cancel := context.WithTimeout(caller, s.requestTimeout())
+	deadline := time.Now().Add(s.requestTimeout())
+	// The common case needs no context or timer of its own: the raft
+	// goroutine enforces the deadline on the ReadIndex wait, and the
+	// index is usually applied by the time the answer comes back.
+	idx, err := s.node.ReadIndexBefore(caller, deadline)
+	if err == nil && s.node.Applied() >= idx {
+		return nil
+	}
+	ctx, cancel := context.WithDeadline(caller, deadline)
 	defer cancel()
 	// As etcd: the caller's own deadline or cancellation is answered with
 	// the context's error; only the read's timeout is "request timed out".
@@ -50,15 +58,12 @@ func (s *Server) linearizableRead(caller context.Context) error {
 		if caller.Err() != nil {
 			return caller.Err()
 		}
+		if errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(deadline) {
+			return errTimeout
+		}
 		return readErr(ctx, err)
 	}
-	var idx uint64
-	for {
-		var err error
-		idx, err = s.node.ReadIndex(ctx)
-		if err == nil {
-			break
-		}
+	for err != nil {
 		if !errors.Is(err, raft.ErrNoLeader) {
 			return fail(err)
 		}
@@ -67,6 +72,7 @@ func (s *Server) linearizableRead(caller context.Context) error {
 		if err := s.waitToPropose(ctx); err != nil {
 			return fail(err)
 		}
+		idx, err = s.node.ReadIndexBefore(ctx, deadline)
 	}
 	if err := s.node.WaitApplied(ctx, idx); err != nil {
 		return fail(err)

@@ -162,3 +162,44 @@ func TestOneReadIndexInFlight(t *testing.T) {
 		t.Errorf("%d reads took %d ReadIndex requests; want them batched", readers*each, requests)
 	}
 }
+
+// TestReadIndexDeadline: a read whose ReadIndex cannot be answered (its
+// member is cut off from the leader) fails with context.DeadlineExceeded
+// once its deadline passes, enforced by the raft goroutine with no
+// context of the caller's, and the member's next read is not stuck
+// behind the abandoned one.
+func TestReadIndexDeadline(t *testing.T) {
+	c, lead, f := startWithFollower(t, 5)
+	c.Net.Cut(f.ID, lead.ID)
+	c.Net.Cut(lead.ID, f.ID)
+	start := time.Now()
+	_, err := f.Node.ReadIndexBefore(context.Background(), start.Add(300*time.Millisecond))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("read on a cut-off member: %v, want context.DeadlineExceeded", err)
+	}
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Fatalf("read gave up after %v, before its deadline", took)
+	}
+	c.Net.Heal()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		changed := f.Node.LeaderChanged()
+		_, err := f.Node.ReadIndexBefore(ctx, time.Now().Add(time.Second))
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no read answered after the heal: %v", err)
+		}
+		// An election may still be settling after the heal: without a
+		// leader, ask again once there is one; otherwise each attempt is
+		// bounded by its own deadline.
+		if errors.Is(err, raft.ErrNoLeader) {
+			select {
+			case <-changed:
+			case <-ctx.Done():
+			}
+		}
+	}
+}
