@@ -276,7 +276,9 @@ func (s *Server) rangeRead(ctx context.Context, r *pb.RangeRequest) (resp *pb.Ra
 		}
 	}
 	rstart := time.Now()
+	s.restoreMu.RLock()
 	resp, err = s.kv.Range(r)
+	s.restoreMu.RUnlock()
 	// etcd truncates to whole microseconds.
 	s.metrics.rangeDuration.WithLabelValues(strconv.FormatBool(err == nil)).Observe(float64(time.Since(rstart).Microseconds()) / 1e6)
 	return resp, err
@@ -366,7 +368,9 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 		}
 		// As etcd, the read itself is timed (ReadonlyTxn), not the wait.
 		start := time.Now()
+		s.restoreMu.RLock()
 		resp, err := s.kv.ReadTxn(r)
+		s.restoreMu.RUnlock()
 		d := time.Since(start)
 		s.metrics.observeRequest("ReadonlyTxn", err == nil, d)
 		if d > s.cfg.WarningApplyDuration {

@@ -150,7 +150,9 @@ func (m *maintenanceServer) Hash(ctx context.Context, r *pb.HashRequest) (*pb.Ha
 	if err := m.s.checkAdmin(ctx); err != nil {
 		return nil, err
 	}
+	m.s.restoreMu.RLock()
 	h, rev, err := m.s.kv.Hash()
+	m.s.restoreMu.RUnlock()
 	if err != nil {
 		return nil, toGRPCError(err)
 	}
@@ -161,7 +163,9 @@ func (m *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*p
 	if err := m.s.checkAdmin(ctx); err != nil {
 		return nil, err
 	}
+	m.s.restoreMu.RLock()
 	h, rev, err := m.s.kv.HashKV(r.Revision)
+	m.s.restoreMu.RUnlock()
 	if err != nil {
 		return nil, toGRPCError(err)
 	}

@@ -36,6 +36,8 @@ func (a *applier) Restore(meta raft.SnapshotMeta, path string) error {
 	if err != nil {
 		return fmt.Errorf("server: open the installed snapshot image %s: %w", s.cfg.BackendPath(), err)
 	}
+	s.restoreMu.Lock()
+	defer s.restoreMu.Unlock()
 	old, err := s.be.SwapDB(db)
 	if err != nil {
 		db.Close()
@@ -46,6 +48,9 @@ func (a *applier) Restore(meta raft.SnapshotMeta, path string) error {
 			s.lg.Warn("closing the page store replaced by a snapshot", "error", err)
 		}
 	}()
+	if s.restoreWindow != nil {
+		s.restoreWindow()
+	}
 	if err := s.lessor.Recover(); err != nil {
 		return err
 	}

@@ -68,20 +68,30 @@ type Server struct {
 	// db is the page store opened at start. A follower that installs a
 	// leader's image swaps in another (applier.Restore): use s.be.DB()
 	// once the backend exists.
-	db      *pagestore.DB
-	dbFS    vfs.FS // the page store's file system (tests inject faults)
-	be      *mvcc.Backend
-	kv      *mvcc.Store
-	watch   *mvcc.WatchableStore
-	lessor  *lease.Lessor
-	auth    *auth.Store
-	node    *raft.Node
-	peers   *peers // the peer transport and listeners (peer.go)
-	applier *applier
-	wait    *waitRegistry
-	reqIDs  *idGenerator
-	metrics *metrics
-	disk    diskBatching // the start-up disk probe and the batching sized from it
+	db   *pagestore.DB
+	dbFS vfs.FS // the page store's file system (tests inject faults)
+	// restoreMu keeps reads of the key space away from a snapshot
+	// install: applier.Restore holds it for writing from the moment it
+	// swaps in the leader's image until the key index and the watchers
+	// are rebuilt from it; Range, read-only Txn, Hash and HashKV hold it
+	// for reading. Without it a serializable read in between looked up
+	// the old index's revisions in the new image. As etcd, where the
+	// store's lock blocks reads during its restore.
+	restoreMu sync.RWMutex
+	// restoreWindow, if set (tests), runs inside that window.
+	restoreWindow func()
+	be            *mvcc.Backend
+	kv            *mvcc.Store
+	watch         *mvcc.WatchableStore
+	lessor        *lease.Lessor
+	auth          *auth.Store
+	node          *raft.Node
+	peers         *peers // the peer transport and listeners (peer.go)
+	applier       *applier
+	wait          *waitRegistry
+	reqIDs        *idGenerator
+	metrics       *metrics
+	disk          diskBatching // the start-up disk probe and the batching sized from it
 	// diskFull bounds and reports a backend that cannot commit (diskfull.go).
 	diskFull *diskFull
 	// fatalErr is why the member stopped by itself (fatal.go); set once.
@@ -113,6 +123,9 @@ type storageHooks struct {
 	walFS, dbFS vfs.FS
 
 	leaseCheckpointInterval time.Duration
+	// restoreWindow runs during a snapshot install, after the image is
+	// swapped in and before the state is rebuilt from it.
+	restoreWindow func()
 }
 
 func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Server, err error) {
@@ -144,6 +157,7 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	removeStaleSnapshotTemps(cfg.SnapDir())
 	s.metrics = newMetrics(cfg.Metrics == "extensive")
 	s.dbFS = hooks.dbFS
+	s.restoreWindow = hooks.restoreWindow
 	if s.db, err = s.openPageStore(); err != nil {
 		return nil, fmt.Errorf("open backend %s: %w", cfg.BackendPath(), err)
 	}
