@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -646,24 +645,88 @@ func TestClusterLeaseRemainingTTLSurvivesLeaderChange(t *testing.T) {
 // with the key index of the state it replaces. The leader compacted away
 // the revision the old index holds for "k", so a read in between would
 // fail or come back empty; reads must instead wait for the install and
-// see "k" before or after it.
+// see "k" before or after it. The install holds its window open until
+// reads sent during it are known (readBlocked) to be waiting inside the
+// server, so every run tests the window.
 func TestClusterReadsWaitForSnapshotInstall(t *testing.T) {
 	const readers = 4
-	var inWindow atomic.Bool
-	windowEntered := make(chan struct{}, 1)
-	hooks := storageHooks{restoreWindow: func() {
-		// A slow install: the image is in place and the state not yet
-		// rebuilt for 200 ms. Readers asking meanwhile must wait for the
-		// install rather than read through it; the assertions are on what
-		// they got, not on this delay.
-		inWindow.Store(true)
-		windowEntered <- struct{}{}
-		<-time.After(200 * time.Millisecond)
-		inWindow.Store(false)
-	}}
+	type result struct {
+		val    string
+		err    error
+		during bool
+	}
+	var (
+		mu        sync.Mutex
+		results   []result
+		hookErr   error
+		lagClient string // the lagging member's client address, set before it restarts
+		once      sync.Once
+		inside    sync.WaitGroup
+	)
+	record := func(r result) {
+		mu.Lock()
+		results = append(results, r)
+		mu.Unlock()
+	}
+	read := func(kv pb.KVClient, during bool, opts ...grpc.CallOption) {
+		ctx, cancel := context.WithTimeout(context.Background(), poll.Deadline)
+		defer cancel()
+		resp, err := kv.Range(ctx, &pb.RangeRequest{Key: []byte("k"), Serializable: true}, opts...)
+		res := result{err: err, during: during}
+		if err == nil && len(resp.Kvs) == 1 {
+			res.val = string(resp.Kvs[0].Value)
+		}
+		record(res)
+	}
+	blocked := make(chan struct{}, 1024)
+	answered := make(chan struct{}, readers)
+	windowEntered := make(chan struct{})
+	hooks := storageHooks{
+		readBlocked: func() {
+			select {
+			case blocked <- struct{}{}:
+			default:
+			}
+		},
+		restoreWindow: func() {
+			once.Do(func() {
+				defer close(windowEntered)
+				// The image is in place and the state not yet rebuilt:
+				// send reads on a connection of their own and keep the
+				// window open until each is waiting in the server (or,
+				// were the window not guarded, has its answer).
+				conn, err := grpc.NewClient(lagClient, grpc.WithTransportCredentials(insecure.NewCredentials()))
+				if err != nil {
+					hookErr = err
+					return
+				}
+				kv := pb.NewKVClient(conn)
+				for r := 0; r < readers; r++ {
+					inside.Add(1)
+					go func() {
+						defer inside.Done()
+						read(kv, true, grpc.WaitForReady(true))
+						answered <- struct{}{}
+					}()
+				}
+				go func() { inside.Wait(); conn.Close() }()
+				timeout := time.After(poll.Deadline)
+				for r := 0; r < readers; r++ {
+					select {
+					case <-blocked:
+					case <-answered:
+					case <-timeout:
+						hookErr = fmt.Errorf("only %d of %d reads sent during the install were seen waiting in the server within %v", r, readers, poll.Deadline)
+						return
+					}
+				}
+			})
+		},
+	}
 	c := newTestClusterHooked(t, 3, hooks, "--snapshot-count", "50", "--snapshot-catchup-entries", "10")
 	lead := c.leader()
 	lagging := c.followers()[0]
+	lagClient = strings.TrimPrefix(lagging.client, "http://")
 	mustPut(t, lead, "k", "v1")
 	// Enough keys that the member's index is worth rebuilding.
 	for i := 0; i < 20; i++ {
@@ -691,13 +754,7 @@ func TestClusterReadsWaitForSnapshotInstall(t *testing.T) {
 	final := mustPut(t, lead, "after", "z")
 
 	c.start(lagging)
-	type result struct {
-		val    string
-		err    error
-		during bool
-	}
-	var mu sync.Mutex
-	var results []result
+	// Reads around the install, too: before it, after it, or waiting.
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for r := 0; r < readers; r++ {
@@ -710,17 +767,7 @@ func TestClusterReadsWaitForSnapshotInstall(t *testing.T) {
 					return
 				default:
 				}
-				during := inWindow.Load()
-				ctx, cancel := context.WithTimeout(context.Background(), poll.Deadline)
-				resp, err := lagging.kv.Range(ctx, &pb.RangeRequest{Key: []byte("k"), Serializable: true})
-				cancel()
-				res := result{err: err, during: during}
-				if err == nil && len(resp.Kvs) == 1 {
-					res.val = string(resp.Kvs[0].Value)
-				}
-				mu.Lock()
-				results = append(results, res)
-				mu.Unlock()
+				read(lagging.kv, false)
 			}
 		}()
 	}
@@ -730,27 +777,31 @@ func TestClusterReadsWaitForSnapshotInstall(t *testing.T) {
 	case <-time.After(poll.Deadline):
 		t.Fatalf("the member never installed a snapshot; its log:\n%s", lagging.logText())
 	}
+	if hookErr != nil {
+		t.Fatal(hookErr)
+	}
 	waitApplied(lagging, final.Header.Revision)
 	close(stop)
 	wg.Wait()
-	served, inside := 0, 0
+	inside.Wait()
+	served, during := 0, 0
 	for _, r := range results {
-		if r.err != nil && status.Code(r.err) == codes.Unavailable {
+		if r.err != nil && status.Code(r.err) == codes.Unavailable && !r.during {
 			continue // the member was not serving yet
 		}
-		if r.during {
-			inside++
-		}
 		if r.err != nil {
-			t.Fatalf("a serializable read around the snapshot install failed: %v", r.err)
+			t.Fatalf("a serializable read around the snapshot install (sent during it: %v) failed: %v", r.during, r.err)
 		}
 		if r.val != "v1" && !strings.HasPrefix(r.val, "v2-") {
-			t.Fatalf("a serializable read around the snapshot install saw k = %q, want v1 or a later value", r.val)
+			t.Fatalf("a serializable read around the snapshot install (sent during it: %v) saw k = %q, want v1 or a later value", r.during, r.val)
+		}
+		if r.during {
+			during++
 		}
 		served++
 	}
-	t.Logf("%d reads served around the install, %d of them asked for during it", served, inside)
-	if inside == 0 {
-		t.Fatal("no read was asked for during the install: the test did not test it")
+	t.Logf("%d reads served around the install, %d of them sent during it and waiting for it", served, during)
+	if during != readers {
+		t.Fatalf("%d reads sent during the install were served, want %d", during, readers)
 	}
 }

@@ -276,7 +276,7 @@ func (s *Server) rangeRead(ctx context.Context, r *pb.RangeRequest) (resp *pb.Ra
 		}
 	}
 	rstart := time.Now()
-	s.restoreMu.RLock()
+	s.lockForRead()
 	resp, err = s.kv.Range(r)
 	s.restoreMu.RUnlock()
 	// etcd truncates to whole microseconds.
@@ -368,7 +368,7 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 		}
 		// As etcd, the read itself is timed (ReadonlyTxn), not the wait.
 		start := time.Now()
-		s.restoreMu.RLock()
+		s.lockForRead()
 		resp, err := s.kv.ReadTxn(r)
 		s.restoreMu.RUnlock()
 		d := time.Since(start)

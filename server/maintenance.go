@@ -150,7 +150,7 @@ func (m *maintenanceServer) Hash(ctx context.Context, r *pb.HashRequest) (*pb.Ha
 	if err := m.s.checkAdmin(ctx); err != nil {
 		return nil, err
 	}
-	m.s.restoreMu.RLock()
+	m.s.lockForRead()
 	h, rev, err := m.s.kv.Hash()
 	m.s.restoreMu.RUnlock()
 	if err != nil {
@@ -163,7 +163,7 @@ func (m *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*p
 	if err := m.s.checkAdmin(ctx); err != nil {
 		return nil, err
 	}
-	m.s.restoreMu.RLock()
+	m.s.lockForRead()
 	h, rev, err := m.s.kv.HashKV(r.Revision)
 	m.s.restoreMu.RUnlock()
 	if err != nil {

@@ -101,3 +101,15 @@ func (d *diskFull) reload(db *pagestore.DB) error {
 	d.mu.Unlock()
 	return nil
 }
+
+// lockForRead takes restoreMu for reading, waiting out a snapshot install
+// in progress.
+func (s *Server) lockForRead() {
+	if s.restoreMu.TryRLock() {
+		return
+	}
+	if s.readBlocked != nil {
+		s.readBlocked()
+	}
+	s.restoreMu.RLock()
+}

@@ -78,8 +78,11 @@ type Server struct {
 	// the old index's revisions in the new image. As etcd, where the
 	// store's lock blocks reads during its restore.
 	restoreMu sync.RWMutex
-	// restoreWindow, if set (tests), runs inside that window.
+	// restoreWindow, if set (tests), runs inside that window;
+	// readBlocked, if set (tests), runs when a read finds the window
+	// open and has to wait for it.
 	restoreWindow func()
+	readBlocked   func()
 	be            *mvcc.Backend
 	kv            *mvcc.Store
 	watch         *mvcc.WatchableStore
@@ -126,6 +129,9 @@ type storageHooks struct {
 	// restoreWindow runs during a snapshot install, after the image is
 	// swapped in and before the state is rebuilt from it.
 	restoreWindow func()
+	// readBlocked runs when a read of the key space has to wait for a
+	// snapshot install to finish.
+	readBlocked func()
 }
 
 func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Server, err error) {
@@ -157,7 +163,7 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	removeStaleSnapshotTemps(cfg.SnapDir())
 	s.metrics = newMetrics(cfg.Metrics == "extensive")
 	s.dbFS = hooks.dbFS
-	s.restoreWindow = hooks.restoreWindow
+	s.restoreWindow, s.readBlocked = hooks.restoreWindow, hooks.readBlocked
 	if s.db, err = s.openPageStore(); err != nil {
 		return nil, fmt.Errorf("open backend %s: %w", cfg.BackendPath(), err)
 	}
