@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -23,15 +22,15 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/strata-db/strata/server/config"
+
+	"github.com/strata-db/strata/internal/testport"
 )
 
+// freePort reserves a port for this test process (testport: outside the
+// kernel's ephemeral range, never handed to another test process).
 func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Helper()
+	return testport.Port(t)
 }
 
 type testMember struct {

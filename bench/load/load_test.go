@@ -5,24 +5,22 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
+	"github.com/strata-db/strata/internal/testport"
 	"github.com/strata-db/strata/server"
 	"github.com/strata-db/strata/server/config"
 )
 
+// freePort reserves a port for this test process (testport: outside the
+// kernel's ephemeral range, never handed to another test process).
 func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Helper()
+	return testport.Port(t)
 }
 
 // startServer runs an in-process strata member and returns its client

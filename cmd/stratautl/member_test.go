@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/strata-db/strata/internal/testport"
 	"github.com/strata-db/strata/server"
 	"github.com/strata-db/strata/server/config"
 )
@@ -27,14 +27,11 @@ type member struct {
 	kv   pb.KVClient
 }
 
+// freePort reserves a port for this test process (testport: outside the
+// kernel's ephemeral range, never handed to another test process).
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return testport.Port(t)
 }
 
 func startMember(t *testing.T, dataDir string) *member {

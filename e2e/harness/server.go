@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/strata-db/strata/internal/testport"
 )
 
 // ReadyLine is etcd's lifecycle log message once the client port serves
@@ -390,31 +392,9 @@ outer:
 	return env
 }
 
-var (
-	portsMu   sync.Mutex
-	portsUsed = map[int]bool{}
-)
-
-// FreePorts returns n distinct loopback TCP ports that were free a moment
-// ago and have not been handed out before by this process.
+// FreePorts returns n distinct loopback TCP ports reserved for this test
+// process: outside the kernel's ephemeral range and never handed to
+// another test process running at the same time (internal/testport).
 func FreePorts(n int) ([]int, error) {
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	var ports []int
-	for tries := 0; len(ports) < n && tries < 100*n; tries++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("harness: free port: %w", err)
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if !portsUsed[p] {
-			portsUsed[p] = true
-			ports = append(ports, p)
-		}
-	}
-	if len(ports) < n {
-		return nil, errors.New("harness: could not find free ports")
-	}
-	return ports, nil
+	return testport.Ports(n)
 }

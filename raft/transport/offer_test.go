@@ -2,8 +2,8 @@ package transport
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,21 +15,25 @@ import (
 )
 
 // offeringRaft is a recorder that also takes messages straight from the
-// stream readers (Offerer), refusing some at random as a full receive
-// queue would, while Process sometimes runs slowly, so both paths and
-// the switch between them are exercised.
+// stream readers (Offerer), refusing a third of them as a full receive
+// queue would, while Process runs slowly for a tenth, so both paths and
+// the switch between them are exercised. Which messages are refused or
+// slow is a function of the seed and the message, so a seed replays the
+// same choices whatever the goroutines' timing.
 type offeringRaft struct {
 	*recorder
-	mu              sync.Mutex
-	rng             *rand.Rand
+	seed            uint64
 	offered, queued atomic.Int64
 }
 
+// draw is a number in [0, n) fixed by the seed, the purpose and m.
+func (o *offeringRaft) draw(m *raftpb.Message, purpose uint64, n uint64) uint64 {
+	r := rand.New(rand.NewPCG(o.seed^purpose, uint64(m.GetType())<<56^m.GetIndex()<<20^m.GetCommit()))
+	return r.Uint64N(n)
+}
+
 func (o *offeringRaft) Offer(m *raftpb.Message) (bool, error) {
-	o.mu.Lock()
-	take := o.rng.IntN(3) != 0
-	o.mu.Unlock()
-	if !take {
+	if o.draw(m, 1, 3) == 0 {
 		return false, nil
 	}
 	o.offered.Add(1)
@@ -38,10 +42,7 @@ func (o *offeringRaft) Offer(m *raftpb.Message) (bool, error) {
 
 func (o *offeringRaft) Process(ctx context.Context, m *raftpb.Message) error {
 	o.queued.Add(1)
-	o.mu.Lock()
-	slow := o.rng.IntN(10) == 0
-	o.mu.Unlock()
-	if slow {
+	if o.draw(m, 2, 10) == 0 {
 		// A raft goroutine busy elsewhere: messages pile up behind this
 		// one, and the reader must queue them rather than offer them.
 		time.Sleep(200 * time.Microsecond)
@@ -50,13 +51,16 @@ func (o *offeringRaft) Process(ctx context.Context, m *raftpb.Message) error {
 }
 
 // TestOfferKeepsStreamOrder: messages a stream reader hands to raft
-// directly never overtake ones it queued before, on either stream.
+// directly never overtake ones it queued before, on either stream. The
+// messages go in batches, each sent once the last is delivered: a batch
+// starts with both queues empty, so its first messages are offered, and
+// the refused and slow ones then push the rest through the queue.
 func TestOfferKeepsStreamOrder(t *testing.T) {
 	s := seed(t)
 	var or *offeringRaft
 	a := newMember(t, 1, 100, nil, nil)
 	b := newMember(t, 2, 100, nil, func(c *Config) {
-		or = &offeringRaft{recorder: newRecorder(), rng: rand.New(rand.NewPCG(s, 7))}
+		or = &offeringRaft{recorder: newRecorder(), seed: s}
 		c.Raft = or
 	})
 	connect(t, a, b)
@@ -80,10 +84,10 @@ func TestOfferKeepsStreamOrder(t *testing.T) {
 	}
 	for i := 0; i < n; i += 50 {
 		a.tr.Send(sent[i : i+50])
+		poll.Until(t, fmt.Sprintf("the first %d messages delivered", i+50), func() bool {
+			return or.count(raftpb.MsgApp)+or.count(raftpb.MsgHeartbeat) == i+50
+		})
 	}
-	poll.Until(t, "every message delivered", func() bool {
-		return or.count(raftpb.MsgApp)+or.count(raftpb.MsgHeartbeat) == n
-	})
 	var lastApp, lastBeat int64 = -1, -1
 	for _, m := range or.messages() {
 		switch m.GetType() {
