@@ -6,8 +6,18 @@
 # workload runs ROUNDS times per server, alternating etcd and strata so
 # background noise hits both, and the median req/s is reported.
 #
-# NODES=1 (default): one member; puts from 1 client and from 100 clients
-# on 10 connections.
+# NODES=1 (default): one member, every workload of issue 20 in each round,
+# in this order on one fresh data dir (about 124,000 writes in all):
+#   put from 1 client; put from 1000 clients on 100 connections; txn-put
+#   from 100 clients on 10 connections; then 100 keys under a100/ and
+#   10,000 under b10k/ are loaded (stratabench, the same for both);
+#   linearizable and serializable ranges of one key from 1000 clients on
+#   100 connections; linearizable ranges of the 100-key prefix and of the
+#   10,000-key prefix with --limit 500 (kube-apiserver's paginated list)
+#   from 100 clients on 10 connections; watch-latency with 1000 watchers
+#   of one key (10 streams x 100) under a paced put load (p99 event
+#   latency, lower is better); then the server's RSS, its data dir and
+#   its db file.
 # NODES=3: a 3-member cluster of each, all members on this machine and
 # disk: puts from 1 client (to the leader), puts from 1000 clients on 100
 # connections and linearizable ranges from 1000 clients on 100
@@ -23,15 +33,21 @@ cd "$(dirname "$0")/.."
 NODES=${NODES:-1}
 ROUNDS=${ROUNDS:-3}
 TOTAL1=${TOTAL1:-3000}        # puts for the 1-client workload
-TOTAL100=${TOTAL100:-30000}   # puts for the 100-client workload (NODES=1)
-TOTAL1000=${TOTAL1000:-50000} # requests for each 1000-client workload (NODES=3)
+TOTAL1000=${TOTAL1000:-50000} # requests for each 1000-client workload
+PUT1000=${PUT1000:-75000}     # puts from 1000 clients (NODES=1)
+TXN100=${TXN100:-30000}       # txn-puts from 100 clients (NODES=1)
+PREFIX=${PREFIX:-20000}       # 100-key prefix ranges from 100 clients (NODES=1)
+PREFIX10K=${PREFIX10K:-5000}  # 10,000-key prefix ranges (--limit 500) from 100 clients (NODES=1)
+WATCHPUTS=${WATCHPUTS:-5000}  # puts, at WATCHRATE/s, seen by 1000 watchers (NODES=1)
+WATCHRATE=${WATCHRATE:-1000}
 [[ $NODES == 1 || $NODES == 3 ]] || { echo "NODES must be 1 or 3" >&2; exit 2; }
 BINDIR=$(bash e2e/build-etcd.sh | tail -1)
 ETCD=$BINDIR/etcd
 CTL=$BINDIR/etcdctl
 BENCH=$BINDIR/benchmark
 STRATA=$PWD/bin/strata
-[[ -x $STRATA ]] || { echo "bin/strata missing: run make build" >&2; exit 1; }
+LOADER=$PWD/bin/stratabench
+[[ -x $STRATA && -x $LOADER ]] || { echo "bin/strata or bin/stratabench missing: run make build" >&2; exit 1; }
 base=${STRATA_BENCH_DIR:-$(mktemp -d)}
 mkdir -p "$base"
 
@@ -42,7 +58,7 @@ port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); 
 start() {
 	local name=$1 bin=$2 i initial="" tag=$RANDOM
 	local -a cps pps
-	PIDS=(); EPS=()
+	PIDS=(); EPS=(); DIRS=()
 	for i in $(seq 1 "$NODES"); do
 		cps[i]=$(port); pps[i]=$(port)
 		initial+="${initial:+,}$name$i=http://127.0.0.1:${pps[i]}"
@@ -56,6 +72,7 @@ start() {
 			--initial-cluster "$initial" --initial-cluster-token "bench-$tag" --log-level error >"$dir.log" 2>&1 &
 		PIDS+=($!)
 		EPS+=("127.0.0.1:${cps[i]}")
+		DIRS+=("$dir")
 	done
 	EP=$(IFS=,; echo "${EPS[*]}")
 	for _ in $(seq 1 300); do
@@ -93,6 +110,27 @@ rangel() {
 		--total="$4" 2>/dev/null | awk '/Requests\/sec/ {print $2}'
 }
 
+# bench ARGS... -> prints req/s from etcd's benchmark
+bench() { "$BENCH" "$@" 2>/dev/null | awk '/Requests\/sec/ {print $2}'; }
+
+# p99 ARGS... -> prints the last "99% in" latency of etcd's benchmark, in ms
+p99() { "$BENCH" "$@" 2>/dev/null | awk '/^ *99% in/ {v=$3} END {print v*1000}'; }
+
+# load EP PREFIX N -> N sequential keys under PREFIX (256-byte values)
+load() {
+	"$LOADER" --endpoints "$1" put --prefix "$2" --key-space-size "$3" --sequential-keys \
+		--total "$3" --clients 50 --conns 5 --val-size 256 >/dev/null 2>&1
+}
+
+# prefix_end PREFIX -> the range end of the prefix (its last byte plus one)
+prefix_end() { python3 -c 'import sys; p=sys.argv[1]; print(p[:-1]+chr(ord(p[-1])+1))' "$1"; }
+
+# rss PID -> resident set in MiB
+rss() { awk '/^VmRSS:/ {printf "%.1f", $2/1024}' "/proc/$1/status"; }
+
+# dusize PATH -> MiB allocated on disk
+dusize() { du -s -B1 "$1" | awk '{printf "%.1f", $1/1048576}'; }
+
 # fsync -> "sum count" of the WAL fdatasync histogram summed over the
 # members (etcd and strata export the same metric)
 fsync() {
@@ -103,9 +141,17 @@ fsync() {
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
+# lower[w] marks a workload where less is better (latency, sizes): its
+# ratio is etcd ÷ strata, so above 1 is a win for strata in every row.
+declare -A lower=()
 if [[ $NODES == 1 ]]; then
-	workloads=(1 100)
-	declare -A label=([1]="1 client" [100]="100 clients, 10 conns")
+	workloads=(1 1000 txn100 rangel ranges prefix100 prefix10k watchp99 rss datadir db)
+	declare -A label=([1]="put, 1 client" [1000]="put, 1000 clients/100 conns"
+		[txn100]="txn-put, 100 clients/10 conns" [rangel]="range -l, 1000 clients/100 conns"
+		[ranges]="range -s, 1000 clients/100 conns" [prefix100]="range 100-key prefix, 100 cl"
+		[prefix10k]="range 10k prefix --limit 500, 100 cl" [watchp99]="watch p99 ms, 1000 watchers"
+		[rss]="RSS after the run, MiB" [datadir]="data dir after the run, MiB" [db]="db file, MiB")
+	lower=([watchp99]=1 [rss]=1 [datadir]=1 [db]=1)
 else
 	workloads=(1 1000 rangel)
 	declare -A label=([1]="put, 1 client (leader)" [1000]="put, 1000 clients/100 conns" [rangel]="range -l, 1000 clients/100 conns")
@@ -126,9 +172,30 @@ for round in $(seq 1 "$ROUNDS"); do
 		results[$srv.1]+="$r1 "
 		line=$(printf 'round %d %-6s  %s: %8.1f req/s (WAL fdatasync mean %4.0f us)' "$round" "$srv" "${label[1]}" "$r1" "$fs")
 		if [[ $NODES == 1 ]]; then
-			r=$(put "$EP" 10 100 "$TOTAL100")
-			results[$srv.100]+="$r "
-			line+=$(printf '   %s: %8.1f req/s' "${label[100]}" "$r")
+			declare -A got=()
+			got[1000]=$(put "$EP" 100 1000 "$PUT1000")
+			got[txn100]=$(bench --endpoints="$EP" --conns=10 --clients=100 txn-put --key-size=8 \
+				--key-space-size=10000 --val-size=256 --total="$TXN100")
+			load "$EP" a100/ 100
+			load "$EP" b10k/ 10000
+			"$CTL" --endpoints="$EP" put bench-range-key "$(head -c 256 /dev/zero | tr '\0' v)" >/dev/null
+			got[rangel]=$(bench --endpoints="$EP" --conns=100 --clients=1000 range bench-range-key \
+				--consistency=l --total="$TOTAL1000")
+			got[ranges]=$(bench --endpoints="$EP" --conns=100 --clients=1000 range bench-range-key \
+				--consistency=s --total="$TOTAL1000")
+			got[prefix100]=$(bench --endpoints="$EP" --conns=10 --clients=100 range a100/ "$(prefix_end a100/)" \
+				--consistency=l --total="$PREFIX")
+			got[prefix10k]=$(bench --endpoints="$EP" --conns=10 --clients=100 range b10k/ "$(prefix_end b10k/)" \
+				--consistency=l --limit=500 --total="$PREFIX10K")
+			got[watchp99]=$(p99 --endpoints="$EP" --conns=10 --clients=10 watch-latency --streams=10 \
+				--watchers-per-stream=100 --put-rate="$WATCHRATE" --put-total="$WATCHPUTS" --val-size=256)
+			got[rss]=$(rss "${PIDS[0]}")
+			got[datadir]=$(dusize "${DIRS[0]}")
+			got[db]=$(dusize "${DIRS[0]}/member/snap/db")
+			for w in "${workloads[@]:1}"; do
+				results[$srv.$w]+="${got[$w]} "
+				line+=$(printf '\n        %-38s %10.1f' "${label[$w]}" "${got[$w]}")
+			done
 		else
 			r=$(put "$EP" 100 1000 "$TOTAL1000")
 			results[$srv.1000]+="$r "
@@ -144,11 +211,23 @@ done
 
 echo
 echo "median of $ROUNDS rounds, $NODES member(s) each, 256-byte values, same disk ($base):"
-printf '%-34s %12s %12s %8s\n' workload etcd strata ratio
+echo "ratio: strata's advantage (req/s: strata / etcd; latency and sizes: etcd / strata), so above 1.00x favours strata;"
+echo "per round: the ratio of that round's two runs, and the spread (max - min) of those ratios"
+printf '%-40s %10s %10s %8s   %s\n' workload etcd strata ratio "per round (spread)"
 for w in "${workloads[@]}"; do
 	e=$(tr ' ' '\n' <<<"${results[etcd.$w]}" | grep . | median)
 	s=$(tr ' ' '\n' <<<"${results[strata.$w]}" | grep . | median)
-	printf '%-34s %12.1f %12.1f %7.2fx\n' "${label[$w]}" "$e" "$s" "$(awk -v a="$s" -v b="$e" 'BEGIN {print a/b}')"
+	inv=${lower[$w]:-0}
+	per=$(awk -v e="${results[etcd.$w]}" -v s="${results[strata.$w]}" -v inv="$inv" 'BEGIN {
+		n = split(e, a, " "); split(s, b, " "); lo = 1e9; hi = 0
+		for (i = 1; i <= n; i++) {
+			r = (inv ? (b[i] > 0 ? a[i] / b[i] : 0) : (a[i] > 0 ? b[i] / a[i] : 0))
+			out = out sprintf("%s%.2f", (i > 1 ? " " : ""), r)
+			if (r < lo) lo = r; if (r > hi) hi = r
+		}
+		printf "%s (%.2f)", out, hi - lo }')
+	ratio=$(awk -v a="$s" -v b="$e" -v inv="$inv" 'BEGIN {if (inv) print (a > 0 ? b / a : 0); else print (b > 0 ? a / b : 0)}')
+	printf '%-40s %10.1f %10.1f %7.2fx   %s\n' "${label[$w]}" "$e" "$s" "$ratio" "$per"
 done
 
 # The 1-client ceiling: a put must wait for one WAL fdatasync before it is
