@@ -223,22 +223,7 @@ func (g *loadGen) start(writers int) {
 					return
 				default:
 				}
-				g.mu.Lock()
-				g.seq++
-				key := fmt.Sprintf("%s%07d", g.prefix, g.seq)
-				g.attempts++
-				g.mu.Unlock()
-				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-				_, err := g.cli.Put(ctx, key, valueOf(key, g.valSize))
-				cancel()
-				g.mu.Lock()
-				if err == nil {
-					g.acked[key] = true
-				} else {
-					g.errs[err.Error()]++
-				}
-				g.mu.Unlock()
-				if err != nil {
+				if err := g.put(); err != nil {
 					// A refused write comes back at once; do not spin.
 					select {
 					case <-g.stop:
@@ -248,6 +233,42 @@ func (g *loadGen) start(writers int) {
 				}
 			}
 		}()
+	}
+}
+
+// put writes the next key and records the outcome.
+func (g *loadGen) put() error {
+	g.mu.Lock()
+	g.seq++
+	key := fmt.Sprintf("%s%07d", g.prefix, g.seq)
+	g.attempts++
+	g.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	_, err := g.cli.Put(ctx, key, valueOf(key, g.valSize))
+	cancel()
+	g.mu.Lock()
+	if err == nil {
+		g.acked[key] = true
+	} else {
+		g.errs[err.Error()]++
+	}
+	g.mu.Unlock()
+	return err
+}
+
+// putUntil writes one key at a time, each acknowledged before the next,
+// until cond holds; so the log is never more than one put past the point
+// where cond first held.
+func (g *loadGen) putUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s (%s)", timeout, what, g.summary())
+		}
+		if err := g.put(); err != nil {
+			t.Fatalf("a put while waiting for %s: %v (%s)", what, err, g.summary())
+		}
 	}
 }
 
@@ -329,6 +350,22 @@ func waitCondition(t *testing.T, what string, timeout time.Duration, cond func()
 	}
 }
 
+// spareSegment reports whether dir holds a prepared next segment of the
+// full 64 MiB (its blocks are reserved from the start of preparation).
+func spareSegment(t *testing.T, dir string) bool {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if info, err := e.Info(); err == nil && strings.HasSuffix(e.Name(), ".wal.tmp") && info.Size() == 64*mib {
+			return true
+		}
+	}
+	return false
+}
+
 func walSegments(t *testing.T, dir string) []int64 {
 	t.Helper()
 	ents, err := os.ReadDir(dir)
@@ -397,7 +434,14 @@ const mib = 1 << 20
 // after space returns (as systemd would), serves every acknowledged write.
 func TestFullDiskWAL(t *testing.T) {
 	bin := needStrataAsRoot(t)
-	walFS := mountTmpfs(t, "walfs", 160*mib)
+	cycles := 1
+	if fullDiskLong() {
+		cycles = 3
+	}
+	// The first segment, its spare and a reduced segment cut once space
+	// returns fill 144 MiB of 160; each further cycle needs room for one
+	// more full segment and its spare.
+	walFS := mountTmpfs(t, "walfs", 160*mib+int64(cycles-1)*128*mib)
 	dataFS := mountTmpfs(t, "datafs", 1024*mib)
 	walDir := filepath.Join(walFS, "wal")
 	srv, err := harness.NewServer(harness.ServerConfig{Bin: bin, Dir: t.TempDir(), DataDir: filepath.Join(dataFS, "data"),
@@ -411,36 +455,32 @@ func TestFullDiskWAL(t *testing.T) {
 	}
 	cli := newClient(t, srv.ClientURL)
 	defer func() { cli.Close() }()
-	// The first segment and one spare: 128 MiB of the 160.
-	waitCondition(t, "the spare segment", time.Minute, func() bool { return 160*mib-freeBytes(t, walFS) >= 128*mib })
 	rssStart := readMem(srv.Pid())
 	const valSize = 64 << 10
 	gen := newLoadGen(cli, "w", valSize)
-	cycles := 1
-	if fullDiskLong() {
-		cycles = 3
-	}
 
-	// Phase 1: no room for the next segment. Appends go on; space returns;
-	// the log moves on by itself.
+	// Phase 1: no room for the segment after the spare. Appends go on;
+	// space returns; the log moves on by itself. The puts are one at a
+	// time, so the log stops within a put of each condition: the disk is
+	// full only while the writes stay inside preallocated space.
 	for c := 0; c < cycles; c++ {
+		// The spare is prepared once the current segment is three quarters
+		// full: write until it exists (the first time, 128 MiB of the 160).
+		gen.putUntil(t, "the spare segment", 2*time.Minute, func() bool { return spareSegment(t, walDir) })
 		segs := len(walSegments(t, walDir))
 		ballast := fillDisk(t, walFS, 512<<10)
-		gen.start(4)
-		waitCondition(t, "the log to use its last segment and fail to prepare the next", 2*time.Minute, func() bool {
-			if gen.sawError("") {
-				t.Fatalf("cycle %d: the client saw errors while only preallocation could fail: %s\n%s", c, gen.summary(), srv.LogTail(5))
-			}
+		// Into the spare, and on to three quarters of it: the next segment
+		// is wanted and cannot be prepared.
+		gen.putUntil(t, "the log to use its last segment and fail to prepare the next", 2*time.Minute, func() bool {
 			return len(walSegments(t, walDir)) > segs && strings.Count(logText(t, srv), "cannot preallocate the next WAL segment") > c
 		})
 		if err := os.Remove(ballast); err != nil {
 			t.Fatal(err)
 		}
 		segs = len(walSegments(t, walDir))
-		waitCondition(t, "a new segment once space returned", 2*time.Minute, func() bool {
+		gen.putUntil(t, "a new segment once space returned", 2*time.Minute, func() bool {
 			return len(walSegments(t, walDir)) > segs
 		})
-		gen.halt()
 		if gen.sawError("") {
 			t.Fatalf("cycle %d: the client saw errors: %s", c, gen.summary())
 		}

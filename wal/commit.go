@@ -367,6 +367,11 @@ func (w *WAL) writeBatch(b *batch) error {
 	if err := w.write(b.buf[pos:]); err != nil {
 		return err
 	}
+	if !w.spareAsked && w.curOff >= w.curCap-w.curCap/4 {
+		// Three quarters full: time to prepare the next segment.
+		w.spareAsked = true
+		w.pre.want()
+	}
 	if b.needSync {
 		return w.timedSync(w.cur)
 	}

@@ -8,12 +8,15 @@
 //	  LOCK                                 flock'd by the open WAL
 //	  0000000000000000-0000000000000000.wal  segment seq 0, first index 0
 //	  0000000000000001-00000000000a1b2c.wal  segment seq 1, first index 0xa1b2c
-//	  prealloc-N.wal.tmp                   the next segment, being prepared
+//	  prealloc-N.wal.tmp                   the next segment, prepared once the
+//	                                       current one is three quarters full
 //
 // A segment's name is its sequence number and the raft index of the first
 // entry it was opened for, both as 16 hex digits. Sequence numbers have no
 // gaps. Segments are SegmentSize bytes (64 MiB), preallocated and, by
-// default, zero-filled by a background goroutine before they are needed.
+// default, zero-filled by a background goroutine before they are needed:
+// it starts on the next segment when the current one is three quarters
+// full, so a log that fits in one segment takes one segment of disk.
 //
 // # Record format
 //

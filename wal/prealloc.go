@@ -33,8 +33,12 @@ const minSegmentFloor = 1 << 20
 // disabled) and fdatasyncs it, so that appends into it overwrite allocated,
 // written blocks and fdatasync has no metadata to flush.
 //
-// Exactly one file is prepared ahead: the spare. When the syncer takes it,
-// the preallocator starts on the next one.
+// At most one file is prepared ahead: the spare. It is prepared only once
+// wanted: when the segment being written is three quarters full (want),
+// or when a cut or a new log needs it and none is ready. So a log that
+// fits in its current segment holds no second, zeroed one on the disk
+// (etcd always keeps one, 0.tmp); a quarter of a segment, 16 MiB, is
+// ample time to zero the next 64 MiB off the hot path.
 //
 // A disk short of space does not stop the log:
 //   - If a full-size file does not fit (ENOSPC, EDQUOT), smaller ones are
@@ -71,6 +75,9 @@ type preallocator struct {
 	cond *sync.Cond
 	// ready is the prepared spare, or nil.
 	ready *preparedFile
+	// wanted is set by want, tryTake and takeFirst and cleared when the
+	// spare is taken: run prepares a spare only while it is set.
+	wanted bool
 	// failing is set when the latest preparation failed and cleared by the
 	// next success; takers do not wait for an attempt while it is set.
 	failing bool
@@ -114,7 +121,7 @@ func (p *preallocator) run() {
 	loggedFailure := false
 	for {
 		p.mu.Lock()
-		for p.ready != nil && !p.stopped {
+		for (p.ready != nil || !p.wanted) && !p.stopped {
 			p.cond.Wait()
 		}
 		if p.stopped {
@@ -175,7 +182,16 @@ func (p *preallocator) run() {
 // space, the largest smaller one that fits (see preallocator).
 func (p *preallocator) prepareFitting() (*preparedFile, error) {
 	size := p.size
-	f, err := p.prepare(size)
+	var f vfs.File
+	var err error
+	if free, ok := p.freeSpace(p.dir); ok && free < size {
+		// It cannot fit, so it is not tried: on tmpfs a fallocate that
+		// fails holds the free pages while it runs, and the log's own
+		// writes past its segment's size would fail meanwhile.
+		err = fmt.Errorf("wal: %d bytes for the next segment in %s, %d free: %w", size, p.dir, free, syscall.ENOSPC)
+	} else {
+		f, err = p.prepare(size)
+	}
 	for err != nil && isNoSpace(err) {
 		size /= 2
 		if free, ok := p.freeSpace(p.dir); ok {
@@ -270,6 +286,7 @@ func fillFile(f vfs.File, size int64, zeroFill bool, stop <-chan struct{}) error
 func (p *preallocator) takeFirst() (*preparedFile, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.wantLocked()
 	for p.ready == nil && p.attempts == 0 && !p.stopped {
 		p.cond.Wait()
 	}
@@ -289,6 +306,7 @@ func (p *preallocator) takeFirst() (*preparedFile, error) {
 func (p *preallocator) tryTake() *preparedFile {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.wantLocked()
 	for p.ready == nil && !p.failing && !p.stopped {
 		p.cond.Wait()
 	}
@@ -300,9 +318,23 @@ func (p *preallocator) tryTake() *preparedFile {
 
 func (p *preallocator) takeLocked() *preparedFile {
 	pf := p.ready
-	p.ready = nil
-	p.cond.Broadcast() // run prepares the next spare
+	p.ready, p.wanted = nil, false
+	p.cond.Broadcast()
 	return pf
+}
+
+// want asks for the next spare to be prepared, if it is not already.
+func (p *preallocator) want() {
+	p.mu.Lock()
+	p.wantLocked()
+	p.mu.Unlock()
+}
+
+func (p *preallocator) wantLocked() {
+	if !p.wanted {
+		p.wanted = true
+		p.cond.Broadcast()
+	}
 }
 
 func (p *preallocator) close() {

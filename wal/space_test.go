@@ -2,6 +2,7 @@ package wal
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -141,9 +142,6 @@ func TestSpareSegmentENOSPCKeepsAppending(t *testing.T) {
 	logs := &logBuffer{}
 	w := mustCreate(t, dir, &Options{FS: ffs, SegmentSize: seg, Logger: logs.logger()})
 	defer w.Close()
-	// The spare prepared at Create exists before the disk fills.
-	poll.Until(t, "the spare segment", func() bool { return spareFilled(t, dir, seg) })
-	full.Store(true)
 
 	idx := uint64(0)
 	save := func() {
@@ -153,6 +151,13 @@ func TestSpareSegmentENOSPCKeepsAppending(t *testing.T) {
 			t.Fatalf("append %d with the WAL disk full: %v", idx, err)
 		}
 	}
+	// The first segment fills to three quarters, so the spare is prepared
+	// before the disk fills.
+	for w.curOff < seg-seg/4 {
+		save()
+	}
+	poll.Until(t, "the spare segment", func() bool { return spareFilled(t, dir, seg) })
+	full.Store(true)
 	for written := 0; written < 4*seg; written += 1000 {
 		save()
 	}
@@ -278,9 +283,12 @@ func TestCreateOnSmallDisk(t *testing.T) {
 	t.Logf("%d entries; segment sizes %v", idx, segmentSizes(t, dir))
 }
 
-// TestOneSpareSegment: the preallocator keeps exactly one segment ready,
-// not two (which made a new WAL take three segments of disk).
-func TestOneSpareSegment(t *testing.T) {
+// TestSpareOnlyWhenNearlyFull: the preallocator prepares no segment
+// beyond the first until the current one is three quarters full, then
+// exactly one (a new WAL used to take two segments of disk at once, and
+// before that three), and none again until the next segment is three
+// quarters full. The log reads back across the cut.
+func TestSpareOnlyWhenNearlyFull(t *testing.T) {
 	dir := t.TempDir()
 	var opens atomic.Int32
 	ffs := vfs.NewFaultFS(vfs.Default, func(ev vfs.Event) *vfs.Fault {
@@ -289,19 +297,62 @@ func TestOneSpareSegment(t *testing.T) {
 		}
 		return nil
 	})
-	w := mustCreate(t, dir, &Options{FS: ffs, SegmentSize: 1 << 20})
+	const seg = 1 << 20
+	w := mustCreate(t, dir, &Options{FS: ffs, SegmentSize: seg})
 	defer w.Close()
-	poll.Until(t, "the spare", func() bool {
+	// Only the writer sets wanted, so these checks need no waiting: while
+	// it is clear the preallocator cannot have started a file.
+	spare := func() (wanted, ready bool) {
 		w.pre.mu.Lock()
 		defer w.pre.mu.Unlock()
-		return w.pre.ready != nil
-	})
-	// The preallocator now waits for the spare to be taken, so this count
-	// is final: the first segment and one spare.
-	if n := opens.Load(); n != 2 {
-		t.Fatalf("%d segment files prepared after Create, want 2 (the first segment and one spare)", n)
+		return w.pre.wanted, w.pre.ready != nil
 	}
+	idx := uint64(0)
+	save := func() {
+		t.Helper()
+		idx++
+		if err := w.Save(mkState(1, idx-1), []*raftpb.Entry{mkEntry(idx, 1, 1000)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(when string, wantWanted bool, wantOpens int32) {
+		t.Helper()
+		if wanted, _ := spare(); wanted != wantWanted {
+			t.Fatalf("%s: spare wanted = %v, want %v", when, wanted, wantWanted)
+		}
+		if n := opens.Load(); n != wantOpens {
+			t.Fatalf("%s: %d segment files prepared, want %d", when, n, wantOpens)
+		}
+	}
+	check("after Create", false, 1)
+	for w.curOff+1100 < seg-seg/4 {
+		save()
+	}
+	check(fmt.Sprintf("at %d of %d bytes", w.curOff, seg), false, 1)
+	save()
+	poll.Until(t, "the spare, once the segment is three quarters full", func() bool {
+		_, ready := spare()
+		return ready
+	})
+	check("with the spare ready", true, 2)
 	if n := tmpFiles(t, dir); n != 1 {
 		t.Fatalf("%d spare files, want 1", n)
 	}
+	for len(segmentSizes(t, dir)) < 2 {
+		save()
+	}
+	check("after the cut to the spare", false, 2)
+	if n := tmpFiles(t, dir); n != 0 {
+		t.Fatalf("%d spare files right after the cut, want 0", n)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w2, err := Open(dir, Snapshot{}, &Options{SegmentSize: seg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Close()
+	_, _, ents, _ := w2.ReadAll()
+	checkEntries(t, ents, 1, idx, 1000)
 }

@@ -80,6 +80,9 @@ type WAL struct {
 	// past it goes to a new segment if a spare is ready, and past it into
 	// cur otherwise.
 	curCap int64
+	// spareAsked is set once the preallocator has been asked for the
+	// segment after cur (see preallocator.want).
+	spareAsked bool
 
 	// segMu guards segs. The syncer appends on cut; Purge removes.
 	segMu sync.Mutex
@@ -228,7 +231,7 @@ func (w *WAL) installSegment(seq, firstIndex uint64, head []byte, pf *preparedFi
 		w.cur.Close()
 	}
 	w.cur, w.curPath, w.curOff = f, path, int64(len(head))
-	w.curSeq, w.curHead, w.curCap = seq, int64(len(head)), pf.size
+	w.curSeq, w.curHead, w.curCap, w.spareAsked = seq, int64(len(head)), pf.size, false
 	w.segMu.Lock()
 	w.segs = append(w.segs, segmentInfo{seq: seq, firstIndex: firstIndex, path: path})
 	w.segMu.Unlock()
