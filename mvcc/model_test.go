@@ -15,6 +15,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-db/strata/pagestore"
 )
@@ -286,7 +287,15 @@ func checkRange(t *testing.T, i int, s *Store, m *model, g *opGen) {
 	if g.rng.Intn(8) == 0 {
 		req.CountOnly = true
 	}
-	resp, err := s.Range(req)
+	// Half the ranges as the gRPC handler serves them: encoded straight
+	// from the stored values, then decoded as a client decodes them.
+	var resp *pb.RangeResponse
+	var err error
+	if g.rng.Intn(2) == 0 {
+		resp, err = s.Range(req)
+	} else {
+		resp, err = rangeOverWire(s, req)
+	}
 	at := rev
 	if at == 0 {
 		at = m.rev()
@@ -435,4 +444,24 @@ func checkTxn(t *testing.T, i int, s *Store, m *model, g *opGen, ci uint64) {
 	if resp.Header.Revision != m.rev() {
 		t.Fatalf("op %d txn: header revision %d, want %d", i, resp.Header.Revision, m.rev())
 	}
+}
+
+// rangeOverWire is RangeEncoded's response as a client receives it.
+func rangeOverWire(s *Store, req *pb.RangeRequest) (*pb.RangeResponse, error) {
+	enc, err := s.RangeEncoded(req)
+	if err != nil {
+		return nil, err
+	}
+	b, err := proto.Marshal(enc)
+	if err != nil {
+		return nil, err
+	}
+	resp := &pb.RangeResponse{}
+	if err := proto.Unmarshal(b, resp); err != nil {
+		return nil, err
+	}
+	if len(resp.ProtoReflect().GetUnknown()) != 0 {
+		return nil, fmt.Errorf("unknown fields left after decoding: %x", resp.ProtoReflect().GetUnknown())
+	}
+	return resp, nil
 }

@@ -40,6 +40,20 @@ func (v *view) close() {
 
 // value returns the stored KeyValue of a put at rev.
 func (v *view) value(rev Revision) (*mvccpb.KeyValue, error) {
+	raw, err := v.stored(rev)
+	if err != nil {
+		return nil, err
+	}
+	kv := &mvccpb.KeyValue{}
+	if err := decodeKV(raw, kv); err != nil {
+		return nil, fmt.Errorf("mvcc: value of revision %v: %w", rev, err)
+	}
+	return kv, nil
+}
+
+// stored returns the encoded KeyValue of a put at rev, valid until the
+// view closes.
+func (v *view) stored(rev Revision) ([]byte, error) {
 	var raw []byte
 	if v.w != nil {
 		raw = v.w.findCurrent(rev)
@@ -56,11 +70,10 @@ func (v *view) value(rev Revision) (*mvccpb.KeyValue, error) {
 	if raw == nil {
 		return nil, fmt.Errorf("mvcc: revision %v is in the index but not in the store", rev)
 	}
-	kv := &mvccpb.KeyValue{}
-	if err := decodeKV(raw, kv); err != nil {
-		return nil, fmt.Errorf("mvcc: value of revision %v: %w", rev, err)
+	if len(raw) == 0 || raw[0] != kvTag {
+		return nil, fmt.Errorf("mvcc: value of revision %v: unknown value encoding", rev)
 	}
-	return kv, nil
+	return raw, nil
 }
 
 // rangeResult is what a range over the index and values yields.

@@ -18,6 +18,11 @@ import (
 type kvServer struct {
 	pb.UnimplementedKVServer
 	s *Server
+	// wire is set on the handler registered with the gRPC server, whose
+	// Range responses are only marshalled and sent: it may answer with
+	// the stored key-values still encoded (mvcc.Store.RangeEncoded). The
+	// in-process callers (lock, election) read Kvs and leave it unset.
+	wire bool
 }
 
 // header fills a response header: cluster, member, raft term, and the
@@ -247,7 +252,11 @@ func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 	if err := s.auth.IsRangePermitted(ai, r.Key, r.RangeEnd); err != nil {
 		return nil, auth.ToGRPCError(err)
 	}
-	resp, err := s.rangeRead(ctx, r)
+	read := s.kv.Range
+	if k.wire {
+		read = s.kv.RangeEncoded
+	}
+	resp, err := s.rangeReadAs(ctx, r, read)
 	if err != nil {
 		return nil, toGRPCError(err)
 	}
@@ -261,7 +270,14 @@ func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 // figures: request_duration_seconds{type="Range"} for the whole,
 // range_duration_seconds for the read, and a slow apply beyond
 // --warning-apply-duration.
-func (s *Server) rangeRead(ctx context.Context, r *pb.RangeRequest) (resp *pb.RangeResponse, err error) {
+func (s *Server) rangeRead(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	return s.rangeReadAs(ctx, r, s.kv.Range)
+}
+
+// rangeReadAs is rangeRead reading with read: the gRPC handler passes the
+// store's RangeEncoded, whose response is only fit to be sent as it is
+// (its key-values are still encoded, see mvcc.Store.RangeEncoded).
+func (s *Server) rangeReadAs(ctx context.Context, r *pb.RangeRequest, read func(*pb.RangeRequest) (*pb.RangeResponse, error)) (resp *pb.RangeResponse, err error) {
 	start := time.Now()
 	defer func() {
 		d := time.Since(start)
@@ -277,7 +293,7 @@ func (s *Server) rangeRead(ctx context.Context, r *pb.RangeRequest) (resp *pb.Ra
 	}
 	rstart := time.Now()
 	s.lockForRead()
-	resp, err = s.kv.Range(r)
+	resp, err = read(r)
 	s.restoreMu.RUnlock()
 	// etcd truncates to whole microseconds.
 	s.metrics.rangeDuration.WithLabelValues(strconv.FormatBool(err == nil)).Observe(float64(time.Since(rstart).Microseconds()) / 1e6)

@@ -15,6 +15,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -41,6 +42,8 @@ func (s *Server) Serve() error {
 		// requests in flight, not for the CPUs: a new goroutine per RPC
 		// also grows its stack afresh each time.
 		grpc.NumStreamWorkers(uint32(max(256, 4*runtime.GOMAXPROCS(0)))),
+		grpc.ForceServerCodecV2(wireCodec{}),
+		experimental.BufferPool(wireBufferPool),
 		grpc.ChainUnaryInterceptor(s.requestStats, s.metrics.grpc.unaryInterceptor, s.authUnary),
 		grpc.ChainStreamInterceptor(s.metrics.grpc.streamInterceptor, s.authStream),
 		grpc.StatsHandler(statsHandler{s.metrics.grpc}),
@@ -62,7 +65,7 @@ func (s *Server) Serve() error {
 		opts = append(opts, grpc.Creds(handshakeDone{}))
 	}
 	s.grpc = grpc.NewServer(opts...)
-	pb.RegisterKVServer(s.grpc, &kvServer{s: s})
+	pb.RegisterKVServer(s.grpc, &kvServer{s: s, wire: true})
 	pb.RegisterMaintenanceServer(s.grpc, &maintenanceServer{s: s})
 	pb.RegisterClusterServer(s.grpc, &clusterServer{s: s})
 	pb.RegisterLeaseServer(s.grpc, &leaseServer{s: s})
