@@ -16,8 +16,8 @@
 #   10,000-key prefix with --limit 500 (kube-apiserver's paginated list)
 #   from 100 clients on 10 connections; watch-latency with 1000 watchers
 #   of one key (10 streams x 100) under a paced put load (p99 event
-#   latency, lower is better); then the server's RSS, its data dir and
-#   its db file.
+#   latency, lower is better); then the server's RSS right after the
+#   run and 5 s later, its data dir and its db file.
 # NODES=3: a 3-member cluster of each, all members on this machine and
 # disk: puts from 1 client (to the leader), puts from 1000 clients on 100
 # connections and linearizable ranges from 1000 clients on 100
@@ -145,13 +145,13 @@ median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 # ratio is etcd ÷ strata, so above 1 is a win for strata in every row.
 declare -A lower=()
 if [[ $NODES == 1 ]]; then
-	workloads=(1 1000 txn100 rangel ranges prefix100 prefix10k watchp99 rss datadir db)
+	workloads=(1 1000 txn100 rangel ranges prefix100 prefix10k watchp99 rss rss5 datadir db)
 	declare -A label=([1]="put, 1 client" [1000]="put, 1000 clients/100 conns"
 		[txn100]="txn-put, 100 clients/10 conns" [rangel]="range -l, 1000 clients/100 conns"
 		[ranges]="range -s, 1000 clients/100 conns" [prefix100]="range 100-key prefix, 100 cl"
 		[prefix10k]="range 10k prefix --limit 500, 100 cl" [watchp99]="watch p99 ms, 1000 watchers"
-		[rss]="RSS after the run, MiB" [datadir]="data dir after the run, MiB" [db]="db file, MiB")
-	lower=([watchp99]=1 [rss]=1 [datadir]=1 [db]=1)
+		[rss]="RSS right after the run, MiB" [rss5]="RSS 5 s after the run, MiB" [datadir]="data dir after the run, MiB" [db]="db file, MiB")
+	lower=([watchp99]=1 [rss]=1 [rss5]=1 [datadir]=1 [db]=1)
 else
 	workloads=(1 1000 rangel)
 	declare -A label=([1]="put, 1 client (leader)" [1000]="put, 1000 clients/100 conns" [rangel]="range -l, 1000 clients/100 conns")
@@ -190,6 +190,8 @@ for round in $(seq 1 "$ROUNDS"); do
 			got[watchp99]=$(p99 --endpoints="$EP" --conns=10 --clients=10 watch-latency --streams=10 \
 				--watchers-per-stream=100 --put-rate="$WATCHRATE" --put-total="$WATCHPUTS" --val-size=256)
 			got[rss]=$(rss "${PIDS[0]}")
+			sleep 5 # the same pause for both servers
+			got[rss5]=$(rss "${PIDS[0]}")
 			got[datadir]=$(dusize "${DIRS[0]}")
 			got[db]=$(dusize "${DIRS[0]}/member/snap/db")
 			for w in "${workloads[@]:1}"; do

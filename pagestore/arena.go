@@ -48,6 +48,11 @@ func (c *chunks) reset() {
 	c.cur, c.off = 0, 0
 }
 
+// release drops every chunk, kept ones included.
+func (c *chunks) release() {
+	c.list, c.cur, c.off = nil, 0, 0
+}
+
 // newPageArena returns the buffers a write transaction spills its nodes
 // into (1 MiB chunks, 16 kept). They are not zeroed: node.write sets
 // every byte of the run it is given (header, elements, keys and values,
@@ -148,6 +153,12 @@ func (p *inodePool) grow(a []inode) []inode {
 }
 
 // reset takes back every array lent out.
+// release drops the arrays kept for later transactions.
+func (p *inodePool) release() {
+	p.free = [inodeClasses][][]inode{}
+	p.kept = 0
+}
+
 func (p *inodePool) reset() {
 	for _, a := range p.lent {
 		c := inodeClass(cap(a))

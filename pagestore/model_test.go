@@ -226,6 +226,13 @@ func TestModel(t *testing.T) {
 				fail("op %d commit: %v", op, err)
 			}
 			committed = cur
+			if rng.IntN(4) == 0 {
+				// As an idle server does: the next writer starts with no
+				// kept buffers and reads the last commit's pages from the
+				// mapping.
+				db.TrimMemory()
+				stats["trim"]++
+			}
 			begin()
 			stats["commit"]++
 		case r < 915: // rollback

@@ -19,6 +19,7 @@ import (
 // of operations, the response's size and count, and the request itself
 // with put values redacted to their sizes (as etcd redacts them).
 func (s *Server) requestStats(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	s.requests.Add(1)
 	start := time.Now()
 	resp, err := h(ctx, req)
 	took := time.Since(start)

@@ -99,7 +99,8 @@ func (s *Server) Serve() error {
 		go hsrv.Serve(l)
 		s.lg.Info("serving metrics", "address", u.String())
 	}
-	s.bg.Add(3)
+	s.bg.Add(4)
+	go func() { defer s.bg.Done(); s.runIdleTrim() }()
 	go func() { defer s.bg.Done(); s.runLeases() }()
 	go func() { defer s.bg.Done(); s.runAutoCompaction() }()
 	go func() { defer s.bg.Done(); s.diskFull.run() }()

@@ -83,6 +83,11 @@ type Server struct {
 	// open and has to wait for it.
 	restoreWindow func()
 	readBlocked   func()
+	// requests counts unary client requests (for runIdleTrim);
+	// idleTrimInterval and idleTrimmed are its test hooks.
+	requests         atomic.Uint64
+	idleTrimInterval time.Duration
+	idleTrimmed      func()
 	be            *mvcc.Backend
 	kv            *mvcc.Store
 	watch         *mvcc.WatchableStore
@@ -132,6 +137,10 @@ type storageHooks struct {
 	// readBlocked runs when a read of the key space has to wait for a
 	// snapshot install to finish.
 	readBlocked func()
+	// idleTrimInterval replaces defaultIdleTrimInterval; idleTrimmed runs
+	// after each idle trim.
+	idleTrimInterval time.Duration
+	idleTrimmed      func()
 }
 
 func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Server, err error) {
@@ -164,6 +173,7 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	s.metrics = newMetrics(cfg.Metrics == "extensive")
 	s.dbFS = hooks.dbFS
 	s.restoreWindow, s.readBlocked = hooks.restoreWindow, hooks.readBlocked
+	s.idleTrimInterval, s.idleTrimmed = hooks.idleTrimInterval, hooks.idleTrimmed
 	if s.db, err = s.openPageStore(); err != nil {
 		return nil, fmt.Errorf("open backend %s: %w", cfg.BackendPath(), err)
 	}
