@@ -88,18 +88,18 @@ type Server struct {
 	requests         atomic.Uint64
 	idleTrimInterval time.Duration
 	idleTrimmed      func()
-	be            *mvcc.Backend
-	kv            *mvcc.Store
-	watch         *mvcc.WatchableStore
-	lessor        *lease.Lessor
-	auth          *auth.Store
-	node          *raft.Node
-	peers         *peers // the peer transport and listeners (peer.go)
-	applier       *applier
-	wait          *waitRegistry
-	reqIDs        *idGenerator
-	metrics       *metrics
-	disk          diskBatching // the start-up disk probe and the batching sized from it
+	be               *mvcc.Backend
+	kv               *mvcc.Store
+	watch            *mvcc.WatchableStore
+	lessor           *lease.Lessor
+	auth             *auth.Store
+	node             *raft.Node
+	peers            *peers // the peer transport and listeners (peer.go)
+	applier          *applier
+	wait             *waitRegistry
+	reqIDs           *idGenerator
+	metrics          *metrics
+	disk             diskBatching // the start-up disk probe and the batching sized from it
 	// diskFull bounds and reports a backend that cannot commit (diskfull.go).
 	diskFull *diskFull
 	// fatalErr is why the member stopped by itself (fatal.go); set once.
