@@ -9,7 +9,7 @@ DATA_DIR ?= default.strata
 # Fuzz time per target inside `make test`; `make fuzz-long` runs longer.
 FUZZTIME ?= 30s
 
-.PHONY: all build run test unit fuzz fuzz-long bench bench-engine bench-compare bench-stratabench vet fmt-check clean e2e e2e-bin disk-check disk-check-short
+.PHONY: all build run test unit fuzz fuzz-long bench bench-engine bench-readpath bench-compare bench-stratabench vet fmt-check clean e2e e2e-bin disk-check disk-check-short
 .PHONY: etcd-src testguard testguard-test fulldisk fulldisk-long robustness slow-follower etcd-e2e etcd-e2e-short linearizability linearizability-long
 
 # make e2e runs every differential scenario (e2e/scenarios_*_test.go)
@@ -173,6 +173,11 @@ robustness: fulldisk-long linearizability-long slow-follower
 
 bench:
 	$(GO) test -run '^$$' -bench 'BenchmarkAppendSync|BenchmarkRawFdatasync' -benchtime 2s ./wal/
+
+# The read path inside the process (no gRPC): Range with decoded values
+# against RangeEncoded, each with the protobuf encoding gRPC does.
+bench-readpath:
+	$(GO) test -run '^$$' -bench BenchmarkRange -benchtime 2s ./bench/readpath/
 
 # Side-by-side page store benchmark (pagestore vs bbolt); builds the 1 GB
 # and 8 GB files once under STRATA_BENCH_CACHE.
