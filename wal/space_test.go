@@ -199,13 +199,7 @@ func TestSpareSegmentENOSPCKeepsAppending(t *testing.T) {
 	if n := tmpFiles(t, dir); n != 0 {
 		t.Fatalf("%d temporary segment files left after Close", n)
 	}
-	w2, err := Open(dir, Snapshot{}, &Options{SegmentSize: seg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w2.Close()
-	_, _, ents, _ := w2.ReadAll()
-	checkEntries(t, ents, 1, idx, 1000)
+	reopenAndCheck(t, dir, seg, idx)
 	t.Logf("%d entries appended, %d with no spare; segment sizes %v", idx, 4*seg/1000, segmentSizes(t, dir))
 }
 
@@ -273,13 +267,7 @@ func TestCreateOnSmallDisk(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	w2, err := Open(dir, Snapshot{}, &Options{SegmentSize: seg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w2.Close()
-	_, _, ents, _ := w2.ReadAll()
-	checkEntries(t, ents, 1, idx, 1000)
+	reopenAndCheck(t, dir, seg, idx)
 	t.Logf("%d entries; segment sizes %v", idx, segmentSizes(t, dir))
 }
 
@@ -348,11 +336,18 @@ func TestSpareOnlyWhenNearlyFull(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	w2, err := Open(dir, Snapshot{}, &Options{SegmentSize: seg})
+	reopenAndCheck(t, dir, seg, idx)
+}
+
+// reopenAndCheck opens the closed log in dir and checks that it holds
+// entries 1..n of 1000 bytes.
+func reopenAndCheck(t *testing.T, dir string, seg int64, n uint64) {
+	t.Helper()
+	w, err := Open(dir, Snapshot{}, &Options{SegmentSize: seg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w2.Close()
-	_, _, ents, _ := w2.ReadAll()
-	checkEntries(t, ents, 1, idx, 1000)
+	defer w.Close()
+	_, _, ents, _ := w.ReadAll()
+	checkEntries(t, ents, 1, n, 1000)
 }
