@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sys/unix"
@@ -464,6 +465,21 @@ func (db *DB) TrimMemory() {
 	db.slab.release()
 	db.inodes.release()
 	db.scratch = nil
+}
+
+// KeptBytes is about how much TrimMemory would give back: the bytes the
+// writer keeps between write transactions. It waits for a write
+// transaction in progress to end.
+func (db *DB) KeptBytes() int {
+	db.writeMu.Lock()
+	defer db.writeMu.Unlock()
+	n := cap(db.scratch) + db.inodes.kept*int(unsafe.Sizeof(inode{}))
+	for _, c := range []*chunks{&db.arenas[0], &db.arenas[1], &db.slab.chunks} {
+		for _, b := range c.list {
+			n += cap(b)
+		}
+	}
+	return n
 }
 
 // View runs fn in a read transaction.

@@ -16,7 +16,10 @@ import (
 // serves and takes writes as before after each trim.
 func TestIdleTrimAfterBurst(t *testing.T) {
 	var trims atomic.Int32
-	c := newTestClusterHooked(t, 1, storageHooks{idleTrimInterval: 20 * time.Millisecond, idleTrimmed: func() { trims.Add(1) }})
+	// The test process's heap is not the member's alone, so the gate is
+	// bypassed here and tested on its own (TestWorthTrimming).
+	c := newTestClusterHooked(t, 1, storageHooks{idleTrimInterval: 20 * time.Millisecond, idleTrimAlways: true,
+		idleTrimmed: func() { trims.Add(1) }})
 	m := c.members[0]
 	for burst := 1; burst <= 2; burst++ {
 		before := trims.Load()
@@ -31,5 +34,30 @@ func TestIdleTrimAfterBurst(t *testing.T) {
 		if len(resp.Kvs) != 300 || string(resp.Kvs[299].Value) != "v299" {
 			t.Fatalf("after the trim of burst %d: %d keys, last %q", burst, len(resp.Kvs), resp.Kvs[len(resp.Kvs)-1].Value)
 		}
+	}
+}
+
+// TestWorthTrimming: an idle trim runs only when what it frees is at
+// least a quarter of the live heap and at least 4 MiB.
+func TestWorthTrimming(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		live, garbage, kept uint64
+		want                bool
+	}{
+		{16 * mib, 20 * mib, 0, true},            // after a burst: the burst's garbage
+		{16 * mib, 0, 32 * mib, true},            // right after a collection: the writer's buffers
+		{16 * mib, 3 * mib, 0, false},            // too little to bother
+		{16 * mib, 3 * mib, 1 * mib, true},       // 4 MiB in all
+		{4096 * mib, 200 * mib, 32 * mib, false}, // a large heap under a trickle of requests
+		{4096 * mib, 1100 * mib, 0, true},
+	} {
+		if got := worthTrimming(c.live, c.garbage, c.kept); got != c.want {
+			t.Errorf("live %d MiB, garbage %d MiB, kept %d MiB: %v, want %v", c.live/mib, c.garbage/mib, c.kept/mib, got, c.want)
+		}
+	}
+	live, garbage := heapLiveAndGarbage()
+	if live == 0 || garbage >= 1<<62 {
+		t.Fatalf("runtime metrics unreadable: live %d, garbage %d", live, garbage)
 	}
 }

@@ -88,6 +88,7 @@ type Server struct {
 	requests         atomic.Uint64
 	idleTrimInterval time.Duration
 	idleTrimmed      func()
+	idleTrimAlways   bool
 	be               *mvcc.Backend
 	kv               *mvcc.Store
 	watch            *mvcc.WatchableStore
@@ -138,9 +139,10 @@ type storageHooks struct {
 	// snapshot install to finish.
 	readBlocked func()
 	// idleTrimInterval replaces defaultIdleTrimInterval; idleTrimmed runs
-	// after each idle trim.
+	// after each idle trim; idleTrimAlways skips worthTrimming.
 	idleTrimInterval time.Duration
 	idleTrimmed      func()
+	idleTrimAlways   bool
 }
 
 func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Server, err error) {
@@ -173,7 +175,7 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	s.metrics = newMetrics(cfg.Metrics == "extensive")
 	s.dbFS = hooks.dbFS
 	s.restoreWindow, s.readBlocked = hooks.restoreWindow, hooks.readBlocked
-	s.idleTrimInterval, s.idleTrimmed = hooks.idleTrimInterval, hooks.idleTrimmed
+	s.idleTrimInterval, s.idleTrimmed, s.idleTrimAlways = hooks.idleTrimInterval, hooks.idleTrimmed, hooks.idleTrimAlways
 	if s.db, err = s.openPageStore(); err != nil {
 		return nil, fmt.Errorf("open backend %s: %w", cfg.BackendPath(), err)
 	}
