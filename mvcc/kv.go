@@ -63,24 +63,13 @@ func (s *Store) RangeEncoded(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	}
 	v := &view{s: s, rev: s.rev.Load()}
 	defer v.close()
-	limit := r.Limit
-	if limit > 0 && limit < math.MaxInt64 {
-		limit++ // one more, to set More
-	}
 	v.ops.ranges++
-	cur := v.rev
-	atRev := r.Revision
-	if atRev > cur {
-		return nil, ErrFutureRev
+	atRev, err := v.readRev(r.Revision)
+	if err != nil {
+		return nil, err
 	}
-	if atRev <= 0 {
-		atRev = cur
-	}
-	if atRev < s.compactRev.Load() {
-		return nil, ErrCompacted
-	}
-	revs, total := s.index().Revisions(r.Key, rangeEnd(r.RangeEnd), atRev, int(limit), true)
-	resp := &pb.RangeResponse{Header: &pb.ResponseHeader{Revision: cur}, Count: int64(total)}
+	revs, total := s.index().Revisions(r.Key, rangeEnd(r.RangeEnd), atRev, int(fetchLimit(r.Limit)), true)
+	resp := &pb.RangeResponse{Header: &pb.ResponseHeader{Revision: v.rev}, Count: int64(total)}
 	if r.Limit > 0 && len(revs) > int(r.Limit) {
 		revs = revs[:r.Limit]
 		resp.More = true
@@ -109,6 +98,15 @@ func (s *Store) RangeEncoded(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	return resp, nil
 }
 
+// fetchLimit is how many keys to read for a response of at most limit
+// (0: all): one more, to know whether to set More.
+func fetchLimit(limit int64) int64 {
+	if limit > 0 && limit < math.MaxInt64 {
+		return limit + 1
+	}
+	return limit
+}
+
 // rangeKvsTag is the key of RangeResponse's field 2 (kvs), wire type 2.
 const rangeKvsTag = 2<<3 | 2
 
@@ -117,10 +115,7 @@ func executeRange(v rangeReader, r *pb.RangeRequest) (*pb.RangeResponse, error) 
 	if !defaultOrdering(r.SortTarget, r.SortOrder) || hasRevisionFilters(r) {
 		limit = 0
 	}
-	if limit > 0 && limit < math.MaxInt64 {
-		limit++ // one more, to set More
-	}
-	rr, err := v.rangeKeys(r.Key, rangeEnd(r.RangeEnd), r.Revision, limit, r.CountOnly, true)
+	rr, err := v.rangeKeys(r.Key, rangeEnd(r.RangeEnd), r.Revision, fetchLimit(limit), r.CountOnly, true)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 
@@ -83,19 +84,32 @@ type rangeResult struct {
 	rev   int64
 }
 
+// readRev resolves the revision a range asks for (0: the view's) and
+// checks that the view can read it: not in the future, not compacted.
+func (v *view) readRev(atRev int64) (int64, error) {
+	if atRev > v.rev {
+		return 0, ErrFutureRev
+	}
+	if atRev <= 0 {
+		atRev = v.rev
+	}
+	if atRev < v.s.compactRev.Load() {
+		return 0, ErrCompacted
+	}
+	return atRev, nil
+}
+
 // rangeKeys reads [key, end) at atRev (0: the view's revision), at most
 // limit keys if limit > 0, counting every key in range when withTotal.
 func (v *view) rangeKeys(key, end []byte, atRev, limit int64, countOnly, withTotal bool) (*rangeResult, error) {
 	v.ops.ranges++
 	cur := v.rev
-	if atRev > cur {
-		return &rangeResult{count: -1, rev: cur}, ErrFutureRev
-	}
-	if atRev <= 0 {
-		atRev = cur
-	}
-	if atRev < v.s.compactRev.Load() {
-		return &rangeResult{count: -1}, ErrCompacted
+	atRev, err := v.readRev(atRev)
+	switch {
+	case errors.Is(err, ErrFutureRev):
+		return &rangeResult{count: -1, rev: cur}, err
+	case err != nil:
+		return &rangeResult{count: -1}, err
 	}
 	if countOnly {
 		return &rangeResult{count: v.s.index().CountRevisions(key, end, atRev, 0), rev: cur}, nil
