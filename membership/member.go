@@ -26,6 +26,16 @@ type record struct {
 	PeerURLs   []string `json:"peerURLs"`
 	ClientURLs []string `json:"clientURLs,omitempty"`
 	IsLearner  bool     `json:"isLearner,omitempty"`
+	// IsPromote is set only in the context of a promotion's conf change
+	// (etcd's ConfigChangeContext, which embeds the member).
+	IsPromote bool `json:"isPromote,omitempty"`
+}
+
+// PromoteContext is the context of the conf change that promotes learner
+// id, as etcd writes it.
+func PromoteContext(id uint64) []byte {
+	b, _ := json.Marshal(record{ID: id, IsPromote: true})
+	return b
 }
 
 // JSON returns the member's record, as persisted and as carried in the

@@ -142,6 +142,16 @@ func (s *Set) IsRemoved(id uint64) bool {
 	return s.removed[id]
 }
 
+func (s *Set) votersLocked() int {
+	n := 0
+	for _, m := range s.m {
+		if !m.IsLearner {
+			n++
+		}
+	}
+	return n
+}
+
 // StartedVoters counts voters that have published a name (started), and
 // all voters.
 func (s *Set) StartedVoters() (started, voters int) {
@@ -172,12 +182,24 @@ func (s *Set) ApplyConfChange(cc *raftpb.ConfChange, w Writer) {
 	defer s.mu.Unlock()
 	switch cc.GetType() {
 	case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
-		if _, ok := s.m[id]; !ok && len(cc.GetContext()) > 0 {
-			s.m[id] = &Member{ID: id, PeerURLs: r.PeerURLs, IsLearner: cc.GetType() == raftpb.ConfChangeAddLearnerNode}
+		old, ok := s.m[id]
+		switch {
+		case ok && old.IsLearner && cc.GetType() == raftpb.ConfChangeAddNode:
+			// A promotion (etcd's context says isPromote; an add of a
+			// known learner as a voter means the same to raft). The
+			// record is replaced, not changed in place (see SetAttributes).
+			m := *old
+			m.IsLearner = false
+			s.m[id] = &m
+			w.Put(schema.Members, Key(id), m.JSON())
+		case !ok && !r.IsPromote && len(r.PeerURLs) > 0:
+			s.m[id] = &Member{ID: id, Name: r.Name, PeerURLs: r.PeerURLs, ClientURLs: r.ClientURLs,
+				IsLearner: cc.GetType() == raftpb.ConfChangeAddLearnerNode}
 			w.Put(schema.Members, Key(id), s.m[id].JSON())
 		}
 	case raftpb.ConfChangeRemoveNode:
-		if _, ok := s.m[id]; ok {
+		if m, ok := s.m[id]; ok && !(!m.IsLearner && s.votersLocked() == 1) {
+			// (Raft refuses to remove the last voter, and so does this.)
 			delete(s.m, id)
 			s.removed[id] = true
 			w.Delete(schema.Members, Key(id))

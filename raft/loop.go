@@ -61,6 +61,8 @@ func (n *Node) run() {
 			n.applyReport(r)
 		case to := <-n.transferc:
 			n.rn.TransferLeader(to)
+		case reply := <-n.progressc:
+			n.answerProgress(reply)
 		case r := <-n.snapc:
 			n.stepReceived(r)
 		case <-n.readc:
@@ -252,6 +254,14 @@ func (n *Node) applyConfChange(e *raftpb.Entry) {
 			n.log.Error("undecodable conf change", "index", e.GetIndex(), "error", err)
 			return
 		}
+		if why := refusedChange(n.confState.Load(), &c); why != "" {
+			// Raft would panic on it; the state machine refuses the same
+			// change (membership.Set.ApplyConfChange). A change to node 0
+			// is one raft skips, as etcd does for a refused change.
+			n.log.Error("refusing a committed conf change", "index", e.GetIndex(), "type", c.GetType().String(),
+				"node", fmt.Sprintf("%x", c.GetNodeId()), "reason", why)
+			c.NodeId = proto.Uint64(0)
+		}
 		cc = &c
 	case raftpb.EntryConfChangeV2:
 		var c raftpb.ConfChangeV2
@@ -266,6 +276,25 @@ func (n *Node) applyConfChange(e *raftpb.Entry) {
 	cs := n.rn.ApplyConfChange(cc)
 	n.confState.Store(cs)
 	n.confs.record(e.GetIndex(), cs)
+}
+
+// refusedChange says why raft cannot apply cc to cs ("" if it can): the
+// removal of the last voter, or the demotion of a voter by a learner add
+// (the API refuses both; an entry from elsewhere must not crash raft).
+func refusedChange(cs *raftpb.ConfState, cc *raftpb.ConfChange) string {
+	id := cc.GetNodeId()
+	isVoter := slices.Contains(cs.GetVoters(), id)
+	switch cc.GetType() {
+	case raftpb.ConfChangeRemoveNode:
+		if isVoter && len(cs.GetVoters()) == 1 {
+			return "it removes the last voter"
+		}
+	case raftpb.ConfChangeAddLearnerNode:
+		if isVoter {
+			return "it would demote a voter to a learner"
+		}
+	}
+	return ""
 }
 
 // applyBatch is one Ready's committed entries with the membership as of

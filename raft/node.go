@@ -65,6 +65,9 @@ type Config struct {
 	// ID is this member's raft id; ClusterID is stored in the WAL.
 	ID, ClusterID uint64
 	// Peers are the initial voters of a new cluster (ignored on restart).
+	// A member joining a running cluster has none: it starts with an
+	// empty log and membership, and learns both from the leader (its log
+	// from the first entry, or a snapshot).
 	Peers []etcdraft.Peer
 	// WALDir is the WAL directory (member/wal).
 	WALDir string
@@ -158,6 +161,8 @@ type Node struct {
 	reportc chan report
 	// transferc carries TransferLeadership requests to the raft goroutine.
 	transferc chan uint64
+	// progressc carries Progress requests to the raft goroutine.
+	progressc chan chan map[uint64]uint64
 
 	appliedMu     sync.Mutex
 	appliedNotify chan struct{} // closed and replaced on every apply
@@ -249,6 +254,7 @@ func Start(cfg Config) (*Node, error) {
 		leaderNotify:    make(chan struct{}),
 		reportc:         make(chan report, 256),
 		transferc:       make(chan uint64),
+		progressc:       make(chan chan map[uint64]uint64),
 		snapc:           make(chan received),
 	}
 	walOpts := cfg.WAL
@@ -289,7 +295,7 @@ func Start(cfg Config) (*Node, error) {
 		n.wal.Close()
 		return nil, err
 	}
-	if !restart {
+	if !restart && len(cfg.Peers) > 0 {
 		if err := n.rn.Bootstrap(cfg.Peers); err != nil {
 			n.wal.Close()
 			return nil, err

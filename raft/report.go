@@ -110,3 +110,40 @@ func (n *Node) LeaderElected() time.Time {
 	}
 	return time.Time{}
 }
+
+// Progress returns, on the leader, how far each member's log is known to
+// match the leader's (raft's Progress.Match, the leader's own included);
+// nil on a follower, which does not track it. Etcd decides whether a
+// learner may be promoted from these figures.
+func (n *Node) Progress(ctx context.Context) (map[uint64]uint64, error) {
+	reply := make(chan map[uint64]uint64, 1)
+	select {
+	case n.progressc <- reply:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-n.done:
+		return nil, n.stopErr()
+	}
+	select {
+	case m := <-reply:
+		return m, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-n.done:
+		return nil, n.stopErr()
+	}
+}
+
+// answerProgress answers a Progress call. Called from the raft goroutine.
+func (n *Node) answerProgress(reply chan map[uint64]uint64) {
+	st := n.rn.Status()
+	if st.Progress == nil {
+		reply <- nil
+		return
+	}
+	m := make(map[uint64]uint64, len(st.Progress))
+	for id, pr := range st.Progress {
+		m[id] = pr.Match
+	}
+	reply <- m
+}

@@ -3,14 +3,19 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/etcd/api/v3/membershippb"
 
 	"github.com/strata-db/strata/membership"
@@ -53,40 +58,200 @@ func (s *Server) bootstrapIDs() error {
 	if err != nil {
 		return err
 	}
-	var ids []uint64
-	for name, urls := range initial {
-		m := &Member{ID: membership.MemberID(urls, cfg.InitialClusterToken), Name: name, PeerURLs: membership.URLStrings(urls)}
-		if !persisted {
-			s.members.Add(m)
-		}
-		ids = append(ids, m.ID)
-	}
-	if wal.Exist(nil, cfg.WALDir()) {
+	switch {
+	case wal.Exist(nil, cfg.WALDir()):
 		if s.id, s.cluster, err = raft.ReadIDs(cfg.WALDir()); err != nil {
 			return err
 		}
-	} else {
+	case !cfg.IsNewCluster():
+		// Joining: the running cluster says who is who. (A membership
+		// persisted without a WAL is from a start that stopped before
+		// creating the WAL; it is asked again.)
+		s.members = membership.NewSet()
+		if err := s.joinIDs(initial); err != nil {
+			return err
+		}
+		persisted = false
+	default:
 		self, ok := initial[cfg.Name]
 		if !ok {
 			return fmt.Errorf("couldn't find local name %q in the initial cluster configuration", cfg.Name)
 		}
+		var ids []uint64
+		for name, urls := range initial {
+			m := &Member{ID: membership.MemberID(urls, cfg.InitialClusterToken), Name: name, PeerURLs: membership.URLStrings(urls)}
+			if !persisted {
+				s.members.Add(m)
+			}
+			ids = append(ids, m.ID)
+		}
 		s.id = membership.MemberID(self, cfg.InitialClusterToken)
 		s.cluster = membership.ClusterID(ids)
-		if cfg.IsNewCluster() && len(initial) > 1 && s.memberBootstrapped(initial) {
+		if len(initial) > 1 && s.memberBootstrapped(initial) {
 			return fmt.Errorf("member %s has already been bootstrapped", transport.FormatID(s.id))
 		}
 	}
-	if s.members.Get(s.id) == nil {
+	if s.members.Get(s.id) == nil && !persisted {
 		s.members.Add(&Member{ID: s.id, Name: cfg.Name, PeerURLs: membership.URLStrings(cfg.AdvertisePeerURLs)})
 	}
 	if !persisted {
 		// The initial membership, at index 0: every member of a new
-		// cluster writes the same records, derived from the same flags.
+		// cluster writes the same records, derived from the same flags; a
+		// joining member writes the running cluster's.
 		w := s.be.BeginWrite()
 		s.members.Persist(w)
 		w.End(0, 0)
 	}
 	return nil
+}
+
+// bootstrapPeers are raft's initial voters for a new cluster, each with
+// its member record as the conf change's context (as etcd writes them, so
+// a member that later joins learns the initial members from the log);
+// none for a member that joins a running cluster or restarts.
+func (s *Server) bootstrapPeers() []etcdraft.Peer {
+	if !s.cfg.IsNewCluster() {
+		return nil
+	}
+	var peers []etcdraft.Peer
+	for _, m := range s.members.List() {
+		peers = append(peers, etcdraft.Peer{ID: m.ID, Context: m.JSON()})
+	}
+	return peers
+}
+
+// joinIDs takes this member's id, the cluster id and the membership from
+// the running cluster it joins (--initial-cluster-state existing), as
+// etcd's bootstrapExistingClusterNoWAL does: --initial-cluster must list
+// exactly the running cluster's members, each matched by its peer URLs,
+// and this member must have been added (member add) under its own peer
+// URLs. The membership learned here is the one the transport dials
+// first; the leader's log (or snapshot) then brings every change since.
+func (s *Server) joinIDs(initial map[string][]url.URL) error {
+	var others []string
+	for name, us := range initial {
+		if name != s.cfg.Name {
+			others = append(others, membership.URLStrings(us)...)
+		}
+	}
+	sort.Strings(others)
+	cid, remote, err := s.remoteMembers(others, 10*time.Second)
+	if err != nil {
+		return fmt.Errorf("cannot fetch cluster info from peer urls: %w", err)
+	}
+	if err := assignIDs(initial, remote); err != nil {
+		var desc []string
+		for _, m := range remote {
+			desc = append(desc, fmt.Sprintf("{ID:%s Name:%s PeerURLs:%v ClientURLs:%v IsLearner:%v}",
+				transport.FormatID(m.ID), m.Name, m.PeerURLs, m.ClientURLs, m.IsLearner))
+		}
+		return fmt.Errorf("error validating peerURLs {ClusterID:%s Members:[%s] RemovedMemberIDs:[]}: %w",
+			transport.FormatID(cid), strings.Join(desc, " "), err)
+	}
+	self := membership.URLStrings(initial[s.cfg.Name])
+	sort.Strings(self)
+	for _, m := range remote {
+		if slices.Equal(sortedCopy(m.PeerURLs), self) {
+			s.id = m.ID
+		}
+	}
+	if s.id == 0 {
+		return fmt.Errorf("the running cluster has no member with this member's peer URLs %v: add it first (etcdctl member add %s --peer-urls=%s)",
+			self, s.cfg.Name, strings.Join(self, ","))
+	}
+	s.cluster = cid
+	for _, m := range remote {
+		s.members.Add(m)
+	}
+	return nil
+}
+
+// assignIDs checks that the initial cluster lists the same members as the
+// running one (etcd's ValidateClusterAndAssignIDs): as many, and each
+// running member's peer URLs are some listed member's.
+func assignIDs(initial map[string][]url.URL, remote []*Member) error {
+	if len(initial) != len(remote) {
+		return errors.New("member count is unequal")
+	}
+	for _, m := range remote {
+		want := sortedCopy(m.PeerURLs)
+		found := false
+		for _, us := range initial {
+			got := membership.URLStrings(us)
+			sort.Strings(got)
+			if slices.Equal(got, want) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return fmt.Errorf("PeerURLs: no match found for existing member (%s, %v), last resolver error (<nil>)", transport.FormatID(m.ID), m.PeerURLs)
+		}
+	}
+	return nil
+}
+
+func sortedCopy(ss []string) []string {
+	out := slices.Clone(ss)
+	sort.Strings(out)
+	return out
+}
+
+// remoteMembers asks the peer URLs in turn for the cluster's membership
+// (GET /members, and the cluster id in its X-Etcd-Cluster-ID header), each
+// within timeout; the first that answers decides.
+func (s *Server) remoteMembers(urls []string, timeout time.Duration) (uint64, []*Member, error) {
+	clientTLS, err := s.cfg.PeerClientTLS()
+	if err != nil {
+		return 0, nil, err
+	}
+	rt := &http.Transport{TLSClientConfig: clientTLS}
+	defer rt.CloseIdleConnections()
+	cc := &http.Client{Transport: rt, Timeout: timeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, u := range urls {
+		resp, err := cc.Get(u + "/members")
+		if err != nil {
+			s.lg.Debug("failed to get cluster response", "address", u+"/members", "error", err)
+			continue
+		}
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			continue
+		}
+		ms, err := decodeMembers(b)
+		if err != nil {
+			continue
+		}
+		cid, err := strconv.ParseUint(resp.Header.Get("X-Etcd-Cluster-ID"), 16, 64)
+		if err != nil {
+			s.lg.Warn("failed to parse cluster ID", "address", u+"/members", "header", resp.Header.Get("X-Etcd-Cluster-ID"), "error", err)
+			continue
+		}
+		return cid, ms, nil
+	}
+	return 0, nil, errors.New("could not retrieve cluster information from the given URLs")
+}
+
+// decodeMembers decodes a peer port's member list (etcd's
+// membership.Member as JSON: /members, a promotion's answer).
+func decodeMembers(b []byte) ([]*Member, error) {
+	var ms []struct {
+		ID         uint64   `json:"id"`
+		Name       string   `json:"name"`
+		PeerURLs   []string `json:"peerURLs"`
+		ClientURLs []string `json:"clientURLs"`
+		IsLearner  bool     `json:"isLearner"`
+	}
+	if err := json.Unmarshal(b, &ms); err != nil {
+		return nil, err
+	}
+	out := make([]*Member, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, &Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner})
+	}
+	return out, nil
 }
 
 // memberBootstrapped asks the other members of the initial cluster for
@@ -95,14 +260,6 @@ func (s *Server) bootstrapIDs() error {
 // with client URLs. Members that do not answer within a second count for
 // nothing, as in etcd: at a first start the others are not up yet.
 func (s *Server) memberBootstrapped(initial map[string][]url.URL) bool {
-	clientTLS, err := s.cfg.PeerClientTLS()
-	if err != nil {
-		return false
-	}
-	rt := &http.Transport{TLSClientConfig: clientTLS}
-	defer rt.CloseIdleConnections()
-	cc := &http.Client{Transport: rt, Timeout: time.Second,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	var urls []string
 	for name, us := range initial {
 		if name == s.cfg.Name {
@@ -111,30 +268,15 @@ func (s *Server) memberBootstrapped(initial map[string][]url.URL) bool {
 		urls = append(urls, membership.URLStrings(us)...)
 	}
 	sort.Strings(urls)
-	for _, u := range urls {
-		resp, err := cc.Get(u + "/members")
-		if err != nil {
-			continue
-		}
-		b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-		resp.Body.Close()
-		if err != nil {
-			continue
-		}
-		var ms []struct {
-			ID         uint64   `json:"id"`
-			ClientURLs []string `json:"clientURLs"`
-		}
-		if json.Unmarshal(b, &ms) != nil || len(ms) == 0 {
-			continue
-		}
-		// The first member that answers decides, as in etcd.
-		for _, m := range ms {
-			if m.ID == s.id {
-				return len(m.ClientURLs) > 0
-			}
-		}
+	// The first member that answers decides, as in etcd.
+	_, ms, err := s.remoteMembers(urls, time.Second)
+	if err != nil {
 		return false
+	}
+	for _, m := range ms {
+		if m.ID == s.id {
+			return len(m.ClientURLs) > 0
+		}
 	}
 	return false
 }

@@ -29,7 +29,7 @@ func (s *Server) watchNode() {
 	case <-s.peers.tr.Removed():
 		// A peer told this member it was removed from the cluster: etcd
 		// stops then, and so does Strata.
-		s.fatal(errRemoved)
+		s.removedFromCluster()
 		return
 	case <-s.stopping:
 		return

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -144,6 +145,7 @@ func (p *peers) serve() {
 	h := transport.NewPeerHandler(transport.PeerHandlerConfig{
 		Transport: p.tr,
 		Members:   s.members.List,
+		Promote:   s.promoteFromPeer,
 		Versions:  func() (string, string) { return ClusterVersion, ClusterVersion },
 		Extra: map[string]http.Handler{
 			leasePath:         leaseHandler{s},
@@ -354,4 +356,47 @@ func (p peerServerLog) Write(b []byte) (int, error) {
 	}
 	p.s.lg.Debug("peer http server", "message", msg)
 	return len(b), nil
+}
+
+// forwardPromote asks the leader, at its peer URL u, to promote learner
+// id (etcd's promoteMemberHTTP), passing the caller's token on.
+func (p *peers) forwardPromote(ctx context.Context, u string, id uint64, token string) ([]*Member, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u+"/members/promote/"+strconv.FormatUint(id, 10), nil)
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", token)
+	}
+	resp, err := (&http.Client{Transport: p.rt}).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, err
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusRequestTimeout:
+		return nil, errTimeout
+	case http.StatusPreconditionFailed:
+		if strings.Contains(string(b), transport.ErrLearnerNotReady.Error()) {
+			return nil, errPromoteNotReady
+		}
+		if strings.Contains(string(b), transport.ErrMemberNotLearner.Error()) {
+			return nil, errPromoteNotLearner
+		}
+		return nil, fmt.Errorf("leader refused the promotion: %s", strings.TrimSpace(string(b)))
+	case http.StatusNotFound:
+		return nil, errPromoteNotFound
+	default:
+		return nil, fmt.Errorf("leader answered the promotion with %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	ms, err := decodeMembers(b)
+	if err != nil {
+		return nil, fmt.Errorf("undecodable promotion answer from the leader: %w", err)
+	}
+	return ms, nil
 }

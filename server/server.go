@@ -29,7 +29,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	etcdraft "go.etcd.io/raft/v3"
 	"google.golang.org/grpc"
 
 	"github.com/strata-db/strata/auth"
@@ -238,10 +237,7 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	if err := s.peers.listen(); err != nil {
 		return nil, err
 	}
-	var peers []etcdraft.Peer
-	for _, m := range s.members.List() {
-		peers = append(peers, etcdraft.Peer{ID: m.ID})
-	}
+	peers := s.bootstrapPeers()
 	maxWALs := int(cfg.MaxWALs)
 	if maxWALs == 0 {
 		maxWALs = -1 // etcd's --max-wals=0: keep every segment

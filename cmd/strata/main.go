@@ -62,6 +62,11 @@ func run() int {
 	case <-s.Done():
 	}
 	err = s.Stop()
+	if server.IsRemoved(s.Err()) {
+		// Removed from the cluster (logged): restarting cannot help, so
+		// the exit is clean, as etcd's.
+		return 0
+	}
 	if s.Err() != nil {
 		// The member stopped by itself on a fatal error, which it logged
 		// (one fatal line naming the cause, the file and what to do). A
