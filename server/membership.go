@@ -76,10 +76,10 @@ func (c *clusterServer) memberList() []*pb.Member {
 	return out
 }
 
-// healthInterval is how long a peer link must have been up for the peer
-// to count as connected in the strict reconfiguration checks (etcd's
+// defaultHealthInterval is how long a peer link must have been up for the
+// peer to count as connected in the strict reconfiguration checks (etcd's
 // HealthInterval).
-const healthInterval = 5 * time.Second
+const defaultHealthInterval = 5 * time.Second
 
 // learnerReadyPercent is how close a learner's log must be to the
 // leader's for it to be promoted (etcd's readyPercentThreshold).
@@ -119,7 +119,7 @@ func (c *clusterServer) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (
 // mayAddMember is etcd's strict reconfiguration check for an add: a new
 // voter must not leave fewer started voters than a quorum, and this
 // member must have been connected to a quorum (the new member counted as
-// down) for healthInterval.
+// down) for s.healthInterval.
 func (s *Server) mayAddMember(learner bool) error {
 	if !s.cfg.StrictReconfigCheck {
 		return nil
@@ -139,9 +139,9 @@ func (s *Server) mayAddMember(learner bool) error {
 }
 
 // connectedVoters counts the voters this member has been connected to
-// for healthInterval, itself included.
+// for s.healthInterval, itself included.
 func (s *Server) connectedVoters() int {
-	since := time.Now().Add(-healthInterval)
+	since := time.Now().Add(-s.healthInterval)
 	n := 0
 	for _, m := range s.members.List() {
 		if m.IsLearner {

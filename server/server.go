@@ -88,6 +88,7 @@ type Server struct {
 	idleTrimInterval time.Duration
 	idleTrimmed      func()
 	idleTrimAlways   bool
+	healthInterval   time.Duration
 	be               *mvcc.Backend
 	kv               *mvcc.Store
 	watch            *mvcc.WatchableStore
@@ -142,6 +143,9 @@ type storageHooks struct {
 	idleTrimInterval time.Duration
 	idleTrimmed      func()
 	idleTrimAlways   bool
+	// healthInterval replaces the 5 s a peer link must have been up to
+	// count in the strict reconfiguration checks.
+	healthInterval time.Duration
 }
 
 func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Server, err error) {
@@ -175,6 +179,10 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	s.dbFS = hooks.dbFS
 	s.restoreWindow, s.readBlocked = hooks.restoreWindow, hooks.readBlocked
 	s.idleTrimInterval, s.idleTrimmed, s.idleTrimAlways = hooks.idleTrimInterval, hooks.idleTrimmed, hooks.idleTrimAlways
+	s.healthInterval = hooks.healthInterval
+	if s.healthInterval == 0 {
+		s.healthInterval = defaultHealthInterval
+	}
 	if s.db, err = s.openPageStore(); err != nil {
 		return nil, fmt.Errorf("open backend %s: %w", cfg.BackendPath(), err)
 	}

@@ -1,0 +1,242 @@
+package server
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/strata-db/strata/internal/poll"
+	"github.com/strata-db/strata/server/config"
+)
+
+// Runtime reconfiguration on in-process members: members added with
+// MemberAdd join with --initial-cluster-state existing, learners are
+// promoted once in sync, removed members stop, and etcd's strict
+// reconfiguration checks refuse what would lose quorum.
+
+// reconfigHooks make a peer link count as connected as soon as it is up,
+// so the strict checks need not wait etcd's 5 s.
+var reconfigHooks = storageHooks{healthInterval: time.Millisecond}
+
+// addMember adds a member through via (MemberAdd) and prepares it to
+// join with the --initial-cluster that etcdctl member add prints; it is
+// not started.
+func (c *testCluster) addMember(via *clusterMember, name string, learner bool) *clusterMember {
+	c.t.Helper()
+	m := &clusterMember{name: name, dir: filepath.Join(c.t.TempDir(), name), stopped: true}
+	m.client = fmt.Sprintf("http://127.0.0.1:%d", freePort(c.t))
+	m.peer = fmt.Sprintf("http://127.0.0.1:%d", freePort(c.t))
+	resp, err := via.cluster.MemberAdd(ctxT(c.t), &pb.MemberAddRequest{PeerURLs: []string{m.peer}, IsLearner: learner})
+	if err != nil {
+		c.t.Fatalf("member add %s through %s: %v", name, via.name, err)
+	}
+	var initial []string
+	for _, pm := range resp.Members {
+		n := pm.Name
+		if pm.ID == resp.Member.ID {
+			n = name
+		}
+		if n == "" {
+			continue // added and not started yet: etcdctl leaves it out too
+		}
+		for _, u := range pm.PeerURLs {
+			initial = append(initial, n+"="+u)
+		}
+	}
+	m.args = []string{"--name", m.name, "--data-dir", m.dir,
+		"--listen-client-urls", m.client, "--advertise-client-urls", m.client,
+		"--listen-peer-urls", m.peer, "--initial-advertise-peer-urls", m.peer,
+		"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "existing",
+		"--initial-cluster-token", "tc", "--heartbeat-interval", "50", "--election-timeout", "500", "--disk-probe=false"}
+	c.members = append(c.members, m)
+	return m
+}
+
+// memberID is m's id as the cluster knows it, also before m started.
+func (c *testCluster) memberID(via, m *clusterMember) uint64 {
+	c.t.Helper()
+	resp, err := via.cluster.MemberList(ctxT(c.t), &pb.MemberListRequest{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, pm := range resp.Members {
+		if len(pm.PeerURLs) > 0 && pm.PeerURLs[0] == m.peer {
+			return pm.ID
+		}
+	}
+	c.t.Fatalf("%s is not in %s's member list", m.name, via.name)
+	return 0
+}
+
+// promoteWhenReady promotes id through via, retrying only while the
+// learner is not in sync yet.
+func promoteWhenReady(t *testing.T, via *clusterMember, id uint64) *pb.MemberPromoteResponse {
+	t.Helper()
+	var resp *pb.MemberPromoteResponse
+	poll.Until(t, fmt.Sprintf("member %x to be promoted through %s", id, via.name), func() bool {
+		var err error
+		resp, err = via.cluster.MemberPromote(ctxT(t), &pb.MemberPromoteRequest{ID: id})
+		if err != nil && err.Error() != rpctypes.ErrGRPCLearnerNotReady.Error() {
+			t.Fatalf("promote %x through %s: %v", id, via.name, err)
+		}
+		return err == nil
+	})
+	return resp
+}
+
+// waitRemoved waits until m stopped because it was removed.
+func (c *testCluster) waitRemoved(m *clusterMember) {
+	c.t.Helper()
+	select {
+	case <-m.s.Done():
+	case <-time.After(poll.Deadline):
+		c.t.Fatalf("%s still runs %v after its removal", m.name, poll.Deadline)
+	}
+	if !IsRemoved(m.s.Err()) {
+		c.t.Fatalf("%s stopped with %v, want the removal", m.name, m.s.Err())
+	}
+	m.stopped = true
+	m.conn.Close()
+	for _, line := range []string{"the member has been permanently removed from the cluster", "data-dir used by this member must be removed"} {
+		if !strings.Contains(m.logText(), line) {
+			c.t.Fatalf("%s's log lacks %q:\n%s", m.name, line, m.logText())
+		}
+	}
+}
+
+func TestReconfigGrowPromoteRemove(t *testing.T) {
+	c := newTestClusterHooked(t, 1, reconfigHooks)
+	m1 := c.members[0]
+	mustPut(t, m1, "a", "1")
+
+	m2 := c.addMember(m1, "m2", true)
+	id2 := c.memberID(m1, m2)
+	_, err := m1.cluster.MemberAdd(ctxT(t), &pb.MemberAddRequest{PeerURLs: []string{"http://127.0.0.1:1"}, IsLearner: true})
+	wantErr(t, err, rpctypes.ErrGRPCTooManyLearners)
+	_, err = m1.cluster.MemberAdd(ctxT(t), &pb.MemberAddRequest{PeerURLs: []string{m2.peer}})
+	wantErr(t, err, rpctypes.ErrGRPCPeerURLExist)
+	_, err = m1.cluster.MemberPromote(ctxT(t), &pb.MemberPromoteRequest{ID: id2})
+	wantErr(t, err, rpctypes.ErrGRPCLearnerNotReady)
+
+	c.start(m2)
+	c.waitReady(m2)
+	if m2.s.id != id2 {
+		t.Fatalf("m2 joined as %x, added as %x", m2.s.id, id2)
+	}
+	_, err = m2.kv.Range(ctxT(t), &pb.RangeRequest{Key: []byte("a")})
+	wantErr(t, err, rpctypes.ErrGRPCNotSupportedForLearner)
+	_, err = m2.kv.Put(ctxT(t), &pb.PutRequest{Key: []byte("b"), Value: []byte("2")})
+	wantErr(t, err, rpctypes.ErrGRPCNotSupportedForLearner)
+	poll.Until(t, "the learner to serve the replicated key", func() bool { return getValue(t, m2, "a", true) == "1" })
+
+	promoteWhenReady(t, m1, id2)
+	_, err = m1.cluster.MemberPromote(ctxT(t), &pb.MemberPromoteRequest{ID: id2})
+	wantErr(t, err, rpctypes.ErrGRPCMemberNotLearner)
+	_, err = m1.cluster.MemberPromote(ctxT(t), &pb.MemberPromoteRequest{ID: 12345})
+	wantErr(t, err, rpctypes.ErrGRPCMemberNotFound)
+	poll.Until(t, "m2 to know it is a voter", func() bool { return !m2.s.isLearner() })
+	mustPut(t, m2, "b", "2")
+
+	// A third member, promoted through a follower, which forwards the
+	// promotion to the leader.
+	m3 := c.addMember(c.leader(), "m3", true)
+	id3 := c.memberID(m1, m3)
+	c.start(m3)
+	c.waitReady(m3)
+	promoteWhenReady(t, c.followers()[0], id3)
+	for _, m := range c.members {
+		resp, err := m.cluster.MemberList(ctxT(t), &pb.MemberListRequest{Linearizable: true})
+		if err != nil {
+			t.Fatalf("member list on %s: %v", m.name, err)
+		}
+		if len(resp.Members) != 3 {
+			t.Fatalf("%s lists %d members, want 3", m.name, len(resp.Members))
+		}
+		for _, pm := range resp.Members {
+			if pm.IsLearner || pm.Name == "" {
+				t.Fatalf("%s lists %+v, want a started voter", m.name, pm)
+			}
+		}
+	}
+	if v := getValue(t, m3, "b", false); v != "2" {
+		t.Fatalf("m3 reads b=%q", v)
+	}
+
+	// Shrink back to one: each removed member stops by itself.
+	lead := c.leader()
+	for _, f := range c.followers() {
+		if _, err := lead.cluster.MemberRemove(ctxT(t), &pb.MemberRemoveRequest{ID: f.s.id}); err != nil {
+			t.Fatalf("remove %s: %v", f.name, err)
+		}
+		c.waitRemoved(f)
+		mustPut(t, lead, "after-"+f.name, "x")
+	}
+	_, err = lead.cluster.MemberRemove(ctxT(t), &pb.MemberRemoveRequest{ID: lead.s.id})
+	wantErr(t, err, rpctypes.ErrGRPCMemberNotEnoughStarted)
+	resp, err := lead.cluster.MemberList(ctxT(t), &pb.MemberListRequest{})
+	if err != nil || len(resp.Members) != 1 {
+		t.Fatalf("after the removals: %v, %v", resp, err)
+	}
+}
+
+func TestReconfigStrictChecks(t *testing.T) {
+	c := newTestClusterHooked(t, 3, reconfigHooks)
+	lead := c.leader()
+	down := c.followers()[0]
+	c.stop(down)
+	// The leader notices the link is down within a heartbeat or two.
+	poll.Until(t, "the leader to see the stopped member's link down", func() bool {
+		return lead.s.peers.tr.ActiveSince(down.s.id).IsZero()
+	})
+	_, err := lead.cluster.MemberAdd(ctxT(t), &pb.MemberAddRequest{PeerURLs: []string{"http://127.0.0.1:1"}})
+	wantErr(t, err, rpctypes.ErrGRPCUnhealthy)
+	_, err = lead.cluster.MemberAdd(ctxT(t), &pb.MemberAddRequest{PeerURLs: []string{"http://127.0.0.1:1"}, IsLearner: true})
+	wantErr(t, err, rpctypes.ErrGRPCUnhealthy)
+	var up *clusterMember
+	for _, f := range c.followers() {
+		up = f
+	}
+	_, err = lead.cluster.MemberRemove(ctxT(t), &pb.MemberRemoveRequest{ID: up.s.id})
+	wantErr(t, err, rpctypes.ErrGRPCUnhealthy)
+	// The member that is down can go: it is no part of the active quorum.
+	if _, err := lead.cluster.MemberRemove(ctxT(t), &pb.MemberRemoveRequest{ID: down.s.id}); err != nil {
+		t.Fatalf("removing the member that is down: %v", err)
+	}
+	mustPut(t, lead, "k", "v")
+}
+
+func TestReconfigJoinChecksInitialCluster(t *testing.T) {
+	c := newTestClusterHooked(t, 1, reconfigHooks)
+	m1 := c.members[0]
+	m2 := c.addMember(m1, "m2", false)
+	// An --initial-cluster with a member the cluster does not have:
+	// etcd's refusal.
+	args := append([]string(nil), m2.args...)
+	for i, a := range args {
+		if a == "--initial-cluster" {
+			args[i+1] += ",m9=http://127.0.0.1:9"
+		}
+	}
+	cfg, err := config.Parse(args, nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = newServer(cfg, nil, reconfigHooks)
+	if err == nil || !strings.Contains(err.Error(), "member count is unequal") {
+		t.Fatalf("joining with a wrong --initial-cluster: %v, want etcd's member count error", err)
+	}
+	// With the right one it joins, and a voter add to a 1-member cluster
+	// is allowed (etcd's exception for growing a restored member).
+	c.start(m2)
+	c.waitReady(m2)
+	mustPut(t, m2, "k", "v")
+	if v := getValue(t, m1, "k", false); v != "v" {
+		t.Fatalf("m1 reads k=%q", v)
+	}
+}
