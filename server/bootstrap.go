@@ -73,6 +73,23 @@ func (s *Server) bootstrapIDs() error {
 		}
 		persisted = false
 	default:
+		if len(cfg.Discovery.Endpoints) > 0 {
+			// v3 discovery: the token is the cluster token, and the
+			// registry decides the initial cluster (etcd's
+			// PeerURLsMapAndToken and bootstrapNewClusterNoWAL).
+			cfg.InitialClusterToken = cfg.Discovery.Token
+			cluster, err := s.discoverInitialCluster(membership.MemberID(cfg.AdvertisePeerURLs, cfg.InitialClusterToken))
+			if err != nil {
+				return fmt.Errorf("failed to join discovery cluster (%w)", err)
+			}
+			if err := checkDiscoveredCluster(cluster); err != nil {
+				return err
+			}
+			cfg.InitialCluster = cluster
+			if initial, err = cfg.InitialClusterMap(); err != nil {
+				return err
+			}
+		}
 		self, ok := initial[cfg.Name]
 		if !ok {
 			return fmt.Errorf("couldn't find local name %q in the initial cluster configuration", cfg.Name)

@@ -110,10 +110,17 @@ func (c *testCluster) start(m *clusterMember) {
 	if err != nil {
 		c.t.Fatalf("%s: %v", m.name, err)
 	}
+	c.serve(m, s)
+}
+
+// serve serves s, created for m, and connects m's clients to it.
+func (c *testCluster) serve(m *clusterMember, s *Server) {
+	c.t.Helper()
 	if err := s.Serve(); err != nil {
 		c.t.Fatalf("%s: %v", m.name, err)
 	}
 	m.s, m.stopped = s, false
+	var err error
 	m.conn, err = grpc.NewClient(strings.TrimPrefix(m.client, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		c.t.Fatal(err)

@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -238,5 +239,83 @@ func TestReconfigJoinChecksInitialCluster(t *testing.T) {
 	mustPut(t, m2, "k", "v")
 	if v := getValue(t, m1, "k", false); v != "v" {
 		t.Fatalf("m1 reads k=%q", v)
+	}
+}
+
+// discoveryMembers prepares n members that bootstrap by v3 discovery
+// against endpoint with token; they are not started.
+func discoveryMembers(t *testing.T, n int, endpoint, token string) *testCluster {
+	c := &testCluster{t: t, hooks: reconfigHooks}
+	t.Cleanup(c.stopAll)
+	for i := 0; i < n; i++ {
+		m := &clusterMember{name: fmt.Sprintf("d%d", i+1), dir: filepath.Join(t.TempDir(), "d"), stopped: true}
+		m.client = fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+		m.peer = fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+		m.args = []string{"--name", m.name, "--data-dir", m.dir,
+			"--listen-client-urls", m.client, "--advertise-client-urls", m.client,
+			"--listen-peer-urls", m.peer, "--initial-advertise-peer-urls", m.peer,
+			"--discovery-endpoints", endpoint, "--discovery-token", token,
+			"--heartbeat-interval", "50", "--election-timeout", "500", "--disk-probe=false"}
+		c.members = append(c.members, m)
+	}
+	return c
+}
+
+func TestDiscoveryV3(t *testing.T) {
+	ds := newTestClusterHooked(t, 1, reconfigHooks)
+	reg := ds.members[0]
+	const token = "8A591FAB-test"
+	c := discoveryMembers(t, 4, reg.client, token)
+
+	// Without the size key, etcd's error.
+	cfg, err := config.Parse(c.members[0].args, nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newServer(cfg, nil, reconfigHooks); err == nil || !strings.Contains(err.Error(), "failed to join discovery cluster (discovery: size key not found)") {
+		t.Fatalf("discovery without a size key: %v", err)
+	}
+	mustPut(t, reg, "/_etcd/registry/"+token+"/_config/size", "3")
+
+	// Three members start at once; each blocks in New until all three
+	// have registered, so New runs in parallel.
+	errc := make(chan error, 3)
+	servers := make([]*Server, 3)
+	for i, m := range c.members[:3] {
+		go func() {
+			cfg, err := config.Parse(m.args, nil, io.Discard)
+			if err == nil {
+				lg := slog.New(slog.NewTextHandler(m, &slog.HandlerOptions{Level: slog.LevelInfo}))
+				servers[i], err = newServer(cfg, lg, reconfigHooks)
+			}
+			errc <- err
+		}()
+	}
+	for range 3 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, m := range c.members[:3] {
+		c.serve(m, servers[i])
+	}
+	for _, m := range c.members[:3] {
+		c.waitReady(m)
+	}
+	mustPut(t, c.members[0], "k", "v")
+	resp, err := c.members[2].cluster.MemberList(ctxT(t), &pb.MemberListRequest{Linearizable: true})
+	if err != nil || len(resp.Members) != 3 {
+		t.Fatalf("member list of the discovered cluster: %v, %v", resp, err)
+	}
+	if v := getValue(t, c.members[2], "k", false); v != "v" {
+		t.Fatalf("k=%q on d3", v)
+	}
+	// A fourth member finds the cluster full.
+	cfg, err = config.Parse(c.members[3].args, nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newServer(cfg, nil, reconfigHooks); err == nil || !strings.Contains(err.Error(), "discovery: cluster is full") {
+		t.Fatalf("a fourth member: %v, want etcd's cluster is full", err)
 	}
 }
