@@ -64,6 +64,9 @@ type StateMachine interface {
 type Config struct {
 	// ID is this member's raft id; ClusterID is stored in the WAL.
 	ID, ClusterID uint64
+	// ForceNewCluster, on a restart, makes this member the only one
+	// (force.go).
+	ForceNewCluster bool
 	// Peers are the initial voters of a new cluster (ignored on restart).
 	// A member joining a running cluster has none: it starts with an
 	// empty log and membership, and learns both from the leader (its log
@@ -372,6 +375,14 @@ func (n *Node) restore(opts *wal.Options) error {
 	commit := max(hs.GetCommit(), snap.Index, min(n.sm.ConsistentIndex(), last))
 	if commit != hs.GetCommit() {
 		hs = &raftpb.HardState{Term: proto.Uint64(hs.GetTerm()), Vote: proto.Uint64(hs.GetVote()), Commit: proto.Uint64(commit)}
+	}
+	if n.cfg.ForceNewCluster {
+		if ents, hs, err = n.forceNewCluster(snap, ents, hs, commit); err != nil {
+			w.Close()
+			n.wal = nil
+			return err
+		}
+		n.walLast = max(hs.GetCommit(), snap.Index)
 	}
 	if err := n.storage.SetHardState(hs); err != nil {
 		return err

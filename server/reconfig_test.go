@@ -319,3 +319,37 @@ func TestDiscoveryV3(t *testing.T) {
 		t.Fatalf("a fourth member: %v, want etcd's cluster is full", err)
 	}
 }
+
+func TestForceNewCluster(t *testing.T) {
+	c := newTestClusterHooked(t, 3, reconfigHooks)
+	lead := c.leader()
+	mustPut(t, lead, "k", "v1")
+	// A learner too: it is removed like the voters.
+	c.addMember(lead, "l4", true)
+	mustPut(t, lead, "k", "v2")
+	survivor := c.followers()[0]
+	poll.Until(t, survivor.name+" to apply the last put", func() bool {
+		return getValue(t, survivor, "k", true) == "v2"
+	})
+	c.stopAll()
+	survivor.args = append(survivor.args, "--force-new-cluster")
+	c.restart(survivor)
+	if l := survivor.s.node.Status().Leader; l != survivor.s.id {
+		t.Fatalf("after --force-new-cluster the leader is %x, want the member itself (%x)", l, survivor.s.id)
+	}
+	resp, err := survivor.cluster.MemberList(ctxT(t), &pb.MemberListRequest{Linearizable: true})
+	if err != nil || len(resp.Members) != 1 || resp.Members[0].ID != survivor.s.id {
+		t.Fatalf("member list after --force-new-cluster: %v, %v", resp, err)
+	}
+	if v := getValue(t, survivor, "k", false); v != "v2" {
+		t.Fatalf("k=%q after --force-new-cluster, want v2", v)
+	}
+	mustPut(t, survivor, "k", "v3")
+	// Restarted without the flag, it stays a cluster of one.
+	c.stop(survivor)
+	survivor.args = survivor.args[:len(survivor.args)-1]
+	c.restart(survivor)
+	if v := getValue(t, survivor, "k", false); v != "v3" {
+		t.Fatalf("k=%q after a plain restart, want v3", v)
+	}
+}

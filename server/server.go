@@ -257,11 +257,12 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 			GroupCommitWindow: s.disk.walGroupCommitWindow, FS: hooks.walFS},
 		TickInterval: cfg.HeartbeatInterval(), ElectionTicks: cfg.ElectionTicks(), HeartbeatTicks: 1,
 		SnapshotCount: cfg.SnapshotCount, CatchUpEntries: cfg.SnapshotCatchUpEntries,
-		PreVote:      cfg.PreVote,
-		StateMachine: s.applier,
-		Transport:    s.peers,
-		Logger:       lg,
-		Metrics:      s.metrics.raft,
+		PreVote:         cfg.PreVote,
+		ForceNewCluster: cfg.ForceNewCluster,
+		StateMachine:    s.applier,
+		Transport:       s.peers,
+		Logger:          lg,
+		Metrics:         s.metrics.raft,
 	})
 	if err != nil {
 		return nil, err
