@@ -73,6 +73,16 @@ func (s *Server) bootstrapIDs() error {
 		}
 		persisted = false
 	default:
+		if cfg.DiscoverySRV != "" && cfg.InitialCluster == "" {
+			cluster, err := s.srvInitialCluster()
+			if err != nil {
+				return err
+			}
+			cfg.InitialCluster = cluster
+			if initial, err = cfg.InitialClusterMap(); err != nil {
+				return err
+			}
+		}
 		if len(cfg.Discovery.Endpoints) > 0 {
 			// v3 discovery: the token is the cluster token, and the
 			// registry decides the initial cluster (etcd's

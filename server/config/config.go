@@ -233,6 +233,9 @@ type Config struct {
 	DiscoverySRV string `json:"discovery-srv"`
 	// DiscoverySRVName is a suffix for the SRV service names.
 	DiscoverySRVName string `json:"discovery-srv-name"`
+	// DiscoverySRVServer is the DNS server (host:port) that --discovery-srv
+	// asks, instead of the system resolver (Strata only).
+	DiscoverySRVServer string `json:"discovery-srv-server"`
 	// DowngradeCheckTime is the interval between downgrade status checks.
 	// Default 5s.
 	DowngradeCheckTime time.Duration `json:"downgrade-check-time"`

@@ -187,6 +187,7 @@ var everyFlag = map[string]flagCase{
 	// Strata
 	"disk-probe":            {value: "false"},
 	"backend-backlog-bytes": {value: "16777216"},
+	"discovery-srv-server":  {value: "127.0.0.1:5353"},
 }
 
 func TestEveryFlagAccepted(t *testing.T) {
