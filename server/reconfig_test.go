@@ -151,6 +151,7 @@ func TestReconfigGrowPromoteRemove(t *testing.T) {
 	c.start(m3)
 	c.waitReady(m3)
 	promoteWhenReady(t, c.followers()[0], id3)
+	poll.Until(t, "m3 to know it is a voter", func() bool { return !m3.s.isLearner() })
 	for _, m := range c.members {
 		resp, err := m.cluster.MemberList(ctxT(t), &pb.MemberListRequest{Linearizable: true})
 		if err != nil {
