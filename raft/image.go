@@ -178,12 +178,39 @@ func (s snapStorage) Snapshot() (*raftpb.Snapshot, error) {
 		return nil, err
 	}
 	n := s.n
-	if h := n.images.current(snap.GetMetadata().GetIndex()); h != nil && snap.GetMetadata().GetIndex() > 0 {
-		n.images.pins = append(n.images.pins, h)
-		return snap, nil
+	// A snapshot from before a member was added does not name it, and
+	// that member refuses it ("not in the ConfState"): a new member of a
+	// cluster whose log was compacted would never catch up. So a snapshot
+	// is sent only if it names every current member; otherwise a newer
+	// one is cut once the state machine has made the change durable (as
+	// etcd sends its current applied state with the current membership).
+	if namesAll(snap.GetMetadata().GetConfState(), n.confState.Load()) {
+		if h := n.images.current(snap.GetMetadata().GetIndex()); h != nil && snap.GetMetadata().GetIndex() > 0 {
+			n.images.pins = append(n.images.pins, h)
+			return snap, nil
+		}
 	}
 	n.prepareImageAsync()
 	return nil, etcdraft.ErrSnapshotTemporarilyUnavailable
+}
+
+// namesAll reports whether snapshot membership snap names every voter and
+// learner of cur.
+func namesAll(snap, cur *raftpb.ConfState) bool {
+	in := map[uint64]bool{}
+	for _, ids := range [][]uint64{snap.GetVoters(), snap.GetLearners(), snap.GetVotersOutgoing(), snap.GetLearnersNext()} {
+		for _, id := range ids {
+			in[id] = true
+		}
+	}
+	for _, ids := range [][]uint64{cur.GetVoters(), cur.GetLearners()} {
+		for _, id := range ids {
+			if !in[id] {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // prepareImageAsync starts preparing an image unless one is being made.

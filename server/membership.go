@@ -76,6 +76,10 @@ func (c *clusterServer) memberList() []*pb.Member {
 	return out
 }
 
+// errNotEnoughStarted is etcd's refusal, which etcd sends as a plain
+// error (gRPC code Unknown), not as a status with a code.
+var errNotEnoughStarted = rpctypes.ErrMemberNotEnoughStarted
+
 // defaultHealthInterval is how long a peer link must have been up for the
 // peer to count as connected in the strict reconfiguration checks (etcd's
 // HealthInterval).
@@ -94,14 +98,17 @@ func (c *clusterServer) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (
 	if err != nil {
 		return nil, err
 	}
+	// etcd's order: the strict check first; a taken peer URL and the
+	// learner limit are found when the change applies, which Strata
+	// checks here (the apply is idempotent, see the package comment).
+	if err := s.mayAddMember(r.IsLearner); err != nil {
+		return nil, err
+	}
 	if s.members.PeerURLTaken(urls, 0) {
 		return nil, rpctypes.ErrGRPCPeerURLExist
 	}
 	if r.IsLearner && s.members.Learners() >= s.cfg.MaxLearners {
 		return nil, rpctypes.ErrGRPCTooManyLearners
-	}
-	if err := s.mayAddMember(r.IsLearner); err != nil {
-		return nil, err
 	}
 	now := time.Now()
 	id := membership.MemberID(urlsFromStrings(urls), s.cfg.InitialClusterToken+fmt.Sprint(now.Unix()))
@@ -128,7 +135,7 @@ func (s *Server) mayAddMember(learner bool) error {
 	if !learner && !(started == 1 && voters == 1) && started < (voters+1)/2+1 {
 		s.lg.Warn("rejecting member add request; not enough healthy members",
 			"local-member-id", transport.FormatID(s.id), "number-of-started-member", started, "quorum", (voters+1)/2+1)
-		return rpctypes.ErrGRPCMemberNotEnoughStarted
+		return errNotEnoughStarted
 	}
 	if voters > 1 && s.connectedVoters() < (voters+1)/2+1 {
 		s.lg.Warn("rejecting member add request; local member has not been connected to majority peers, reconfigure breaks active quorum",
@@ -196,7 +203,7 @@ func (s *Server) mayRemoveMember(m *Member) error {
 	}
 	started, voters := s.members.StartedVoters()
 	if voters <= 1 {
-		return rpctypes.ErrGRPCMemberNotEnoughStarted
+		return errNotEnoughStarted
 	}
 	if !s.cfg.StrictReconfigCheck {
 		return nil
@@ -207,7 +214,7 @@ func (s *Server) mayRemoveMember(m *Member) error {
 	if started < (voters-1)/2+1 {
 		s.lg.Warn("rejecting member remove request; not enough healthy members",
 			"local-member-id", transport.FormatID(s.id), "requested-member-remove-id", transport.FormatID(m.ID))
-		return rpctypes.ErrGRPCMemberNotEnoughStarted
+		return errNotEnoughStarted
 	}
 	if m.ID != s.id && s.peers.tr.ActiveSince(m.ID).IsZero() {
 		return nil // a member that is down is no part of the active quorum
@@ -356,7 +363,7 @@ func (s *Server) promoteOnLeader(ctx context.Context, id uint64) ([]*Member, err
 		if started+1 < (voters+1)/2+1 {
 			s.lg.Warn("rejecting member promote request; not enough healthy members",
 				"local-member-id", transport.FormatID(s.id), "requested-member-remove-id", transport.FormatID(id))
-			return nil, rpctypes.ErrGRPCMemberNotEnoughStarted
+			return nil, errNotEnoughStarted
 		}
 	}
 	cc := &raftpb.ConfChange{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: proto.Uint64(id), Context: membership.PromoteContext(id)}

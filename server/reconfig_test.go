@@ -180,7 +180,7 @@ func TestReconfigGrowPromoteRemove(t *testing.T) {
 		mustPut(t, lead, "after-"+f.name, "x")
 	}
 	_, err = lead.cluster.MemberRemove(ctxT(t), &pb.MemberRemoveRequest{ID: lead.s.id})
-	wantErr(t, err, rpctypes.ErrGRPCMemberNotEnoughStarted)
+	wantErr(t, err, errNotEnoughStarted)
 	resp, err := lead.cluster.MemberList(ctxT(t), &pb.MemberListRequest{})
 	if err != nil || len(resp.Members) != 1 {
 		t.Fatalf("after the removals: %v, %v", resp, err)
@@ -352,5 +352,32 @@ func TestForceNewCluster(t *testing.T) {
 	c.restart(survivor)
 	if v := getValue(t, survivor, "k", false); v != "v3" {
 		t.Fatalf("k=%q after a plain restart, want v3", v)
+	}
+}
+
+// Members added after the leader compacted its log join by a snapshot,
+// which must name them: a snapshot cut before the add does not, and the
+// new member refuses that one.
+func TestReconfigJoinBySnapshot(t *testing.T) {
+	c := newTestClusterHooked(t, 1, reconfigHooks, "--snapshot-count", "20", "--snapshot-catchup-entries", "5")
+	m1 := c.members[0]
+	for i := 0; i < 60; i++ {
+		mustPut(t, m1, fmt.Sprintf("k%02d", i), "v")
+	}
+	m2 := c.addMember(m1, "m2", false)
+	m2.args = append(m2.args, "--snapshot-count", "20", "--snapshot-catchup-entries", "5")
+	c.start(m2)
+	c.waitReady(m2)
+	if v := getValue(t, m2, "k59", false); v != "v" {
+		t.Fatalf("k59=%q on the member that joined by snapshot", v)
+	}
+	// The image m2 was sent is still held (it is reused while it is
+	// fresh): a member added now must not be offered it.
+	m3 := c.addMember(m1, "m3", false)
+	m3.args = append(m3.args, "--snapshot-count", "20", "--snapshot-catchup-entries", "5")
+	c.start(m3)
+	c.waitReady(m3)
+	if v := getValue(t, m3, "k59", false); v != "v" {
+		t.Fatalf("k59=%q on the third member", v)
 	}
 }
