@@ -15,8 +15,8 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/etcd/api/v3/membershippb"
+	etcdraft "go.etcd.io/raft/v3"
 
 	"github.com/strata-db/strata/membership"
 	"github.com/strata-db/strata/raft"
