@@ -10,7 +10,7 @@ DATA_DIR ?= default.strata
 FUZZTIME ?= 30s
 
 .PHONY: all build run test unit fuzz fuzz-long bench bench-engine bench-readpath bench-compare bench-stratabench vet fmt-check clean e2e e2e-bin disk-check disk-check-short
-.PHONY: etcd-src testguard testguard-test fulldisk fulldisk-long robustness slow-follower etcd-e2e etcd-e2e-short linearizability linearizability-long
+.PHONY: etcd-src testguard testguard-test fulldisk fulldisk-long robustness slow-follower etcd-e2e etcd-e2e-short linearizability linearizability-long scale-long
 
 # make e2e runs every differential scenario (e2e/scenarios_*_test.go)
 # against real etcd 3.7; E2E_SCENARIOS=kv|watch runs only TestDiff's kv and
@@ -106,7 +106,7 @@ e2e-bin:
 e2e: build e2e-bin testguard
 	cd e2e && $(GO) vet ./... && set -o pipefail && \
 		STRATA_E2E_TARGET=../bin/strata $(GO) test -json -count=1 -timeout 25m $(if $(E2E_SCENARIOS),-run 'TestDiff/^($(E2E_SCENARIOS))$$') ./... | \
-		$(GUARD) -show '^(=== RUN|--- |    --- )|steps,|FULL-DISK|SLOW-FOLLOWER|PARTITION |^LIN |SRV: '
+		$(GUARD) -show '^(=== RUN|--- |    --- )|steps,|FULL-DISK|SLOW-FOLLOWER|PARTITION |^LIN |SRV: |^SCALE|RESTORE-GROW'
 
 # The full-disk tests (issue 17 items 3, 4 and 5): bin/strata on small
 # tmpfs file systems the test mounts, one for --wal-dir and one for the
@@ -168,8 +168,19 @@ linearizability: build e2e-bin testguard
 linearizability-long: build e2e-bin testguard
 	export STRATA_LIN_HISTORIES=$${STRATA_LIN_HISTORIES:-20} STRATA_LIN_OPS=$${STRATA_LIN_OPS:-2000}; $(LIN_RUN)
 
+# Scaling under load (issue 21): 1 → 3 → 5 → 3 members, one member added
+# (learner, then promoted) or removed (the leader among them) at a time,
+# while clientv3 writers and readers run on every member; porcupine over
+# the whole history, every acknowledged write read back, HashKV equal at
+# the end (a SCALE line). `make e2e` runs one cycle; this runs
+# STRATA_SCALE=long (4 cycles of 3 → 5 → 3, 1,500 operations per step).
+# STRATA_SCALE_SEED replays a run.
+scale-long: build e2e-bin testguard
+	cd e2e && set -o pipefail && STRATA_SCALE=long STRATA_E2E_TARGET=../bin/strata $(GO) test -json -count=1 -timeout 30m -run '^TestScaleUnderLoad$$' . | \
+		$(GUARD) -show '^(--- |    --- )|^SCALE'
+
 # Long robustness runs, outside `make test`.
-robustness: fulldisk-long linearizability-long slow-follower
+robustness: fulldisk-long linearizability-long slow-follower scale-long
 
 bench:
 	$(GO) test -run '^$$' -bench 'BenchmarkAppendSync|BenchmarkRawFdatasync' -benchtime 2s ./wal/
