@@ -236,6 +236,11 @@ func (s *Server) handOffLeadership() {
 	if s.node == nil || s.peers == nil || !s.node.IsLeader() {
 		return
 	}
+	if IsRemoved(s.Err()) {
+		// A removed leader's peers refuse it; they elect a new leader
+		// as soon as it stops.
+		return
+	}
 	var to uint64
 	var since time.Time
 	for _, v := range s.node.Status().Voters {

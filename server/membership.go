@@ -453,9 +453,11 @@ const removedStopDelay = time.Second
 // with etcd's log lines. The process exits 0, as etcd's does: restarting
 // it cannot help.
 func (s *Server) removedFromCluster() {
-	s.lg.Warn("server error", "error", "the member has been permanently removed from the cluster")
-	s.lg.Warn("data-dir used by this member must be removed", "data-dir", s.cfg.DataDir)
-	s.fatal(errRemoved)
+	s.removedOnce.Do(func() {
+		s.lg.Warn("server error", "error", "the member has been permanently removed from the cluster")
+		s.lg.Warn("data-dir used by this member must be removed", "data-dir", s.cfg.DataDir)
+		s.fatal(errRemoved)
+	})
 }
 
 // IsRemoved reports whether err, from Err, says the member stopped

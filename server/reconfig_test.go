@@ -170,15 +170,28 @@ func TestReconfigGrowPromoteRemove(t *testing.T) {
 		t.Fatalf("m3 reads b=%q", v)
 	}
 
-	// Shrink back to one: each removed member stops by itself.
+	// Shrink back to one, the leader first (removed through a follower),
+	// then a follower: each removed member stops by itself, saying so
+	// once, and the others carry on.
 	lead := c.leader()
-	for _, f := range c.followers() {
-		if _, err := lead.cluster.MemberRemove(ctxT(t), &pb.MemberRemoveRequest{ID: f.s.id}); err != nil {
-			t.Fatalf("remove %s: %v", f.name, err)
-		}
-		c.waitRemoved(f)
-		mustPut(t, lead, "after-"+f.name, "x")
+	if _, err := c.followers()[0].cluster.MemberRemove(ctxT(t), &pb.MemberRemoveRequest{ID: lead.s.id}); err != nil {
+		t.Fatalf("remove the leader %s: %v", lead.name, err)
 	}
+	c.waitRemoved(lead)
+	if n := strings.Count(lead.logText(), "data-dir used by this member must be removed"); n != 1 {
+		t.Fatalf("the removed leader logged its removal %d times:\n%s", n, lead.logText())
+	}
+	if strings.Contains(lead.logText(), "failed to transfer leadership") {
+		t.Fatalf("the removed leader tried to hand over its leadership:\n%s", lead.logText())
+	}
+	lead = c.leader()
+	mustPut(t, lead, "after-leader-removal", "x")
+	f := c.followers()[0]
+	if _, err := lead.cluster.MemberRemove(ctxT(t), &pb.MemberRemoveRequest{ID: f.s.id}); err != nil {
+		t.Fatalf("remove %s: %v", f.name, err)
+	}
+	c.waitRemoved(f)
+	mustPut(t, lead, "after-"+f.name, "x")
 	_, err = lead.cluster.MemberRemove(ctxT(t), &pb.MemberRemoveRequest{ID: lead.s.id})
 	wantErr(t, err, errNotEnoughStarted)
 	resp, err := lead.cluster.MemberList(ctxT(t), &pb.MemberListRequest{})

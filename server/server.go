@@ -89,6 +89,7 @@ type Server struct {
 	idleTrimmed      func()
 	idleTrimAlways   bool
 	healthInterval   time.Duration
+	removedOnce      sync.Once
 	be               *mvcc.Backend
 	kv               *mvcc.Store
 	watch            *mvcc.WatchableStore
