@@ -318,12 +318,23 @@ func (s *Server) publish() bool {
 			Name: s.cfg.Name, ClientUrls: membership.URLStrings(s.cfg.AdvertiseClientURLs),
 		},
 	}}
+	urls := membership.URLStrings(s.cfg.AdvertiseClientURLs)
+	// Each attempt waits an election timeout or two, not a whole request
+	// timeout: a member that joins by a snapshot may get its own
+	// publication inside that snapshot (the leader applied it before
+	// cutting the image), and then its wait never ends. So after an
+	// attempt that did not come back, the member looks at its membership
+	// before proposing again (the proposal is idempotent).
+	attempt := min(s.requestTimeout(), max(2*s.cfg.ElectionTimeout(), time.Second))
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), s.requestTimeout())
+		ctx, cancel := context.WithTimeout(context.Background(), attempt)
 		res, err := s.propose(ctx, req)
 		cancel()
 		if err == nil {
 			err = res.err
+		}
+		if m := s.members.Get(s.id); err != nil && m != nil && m.Name == s.cfg.Name && slices.Equal(m.ClientURLs, urls) {
+			err = nil // applied elsewhere: in a snapshot this member installed
 		}
 		if err == nil {
 			s.lg.Info("published local member to cluster through raft", "local-member-id", transport.FormatID(s.id),
