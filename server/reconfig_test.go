@@ -394,3 +394,58 @@ func TestReconfigJoinBySnapshot(t *testing.T) {
 		t.Fatalf("k59=%q on the third member", v)
 	}
 }
+
+// With --strict-reconfig-check=false the same learner add that the
+// strict check refuses (a member down) goes through.
+func TestReconfigStrictCheckOff(t *testing.T) {
+	c := newTestClusterHooked(t, 3, reconfigHooks, "--strict-reconfig-check=false")
+	lead := c.leader()
+	down := c.followers()[0]
+	c.stop(down)
+	poll.Until(t, "the leader to see the stopped member's link down", func() bool {
+		return lead.s.peers.tr.ActiveSince(down.s.id).IsZero()
+	})
+	if _, err := lead.cluster.MemberAdd(ctxT(t), &pb.MemberAddRequest{PeerURLs: []string{"http://127.0.0.1:1"}, IsLearner: true}); err != nil {
+		t.Fatalf("a learner add with the strict check off: %v", err)
+	}
+	mustPut(t, lead, "k", "v")
+}
+
+// The registry may require a user: --discovery-user user:password.
+func TestDiscoveryV3Auth(t *testing.T) {
+	ds := newTestClusterHooked(t, 1, reconfigHooks)
+	reg := ds.members[0]
+	authc := pb.NewAuthClient(reg.conn)
+	ctx := ctxT(t)
+	for _, step := range []func() error{
+		func() error { _, err := authc.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "root", Password: "rootpw"}); return err },
+		func() error { _, err := authc.RoleAdd(ctx, &pb.AuthRoleAddRequest{Name: "root"}); return err },
+		func() error {
+			_, err := authc.UserGrantRole(ctx, &pb.AuthUserGrantRoleRequest{User: "root", Role: "root"})
+			return err
+		},
+		func() error {
+			_, err := reg.kv.Put(ctx, &pb.PutRequest{Key: []byte("/_etcd/registry/tok/_config/size"), Value: []byte("1")})
+			return err
+		},
+		func() error { _, err := authc.AuthEnable(ctx, &pb.AuthEnableRequest{}); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := discoveryMembers(t, 1, reg.client, "tok")
+	m := c.members[0]
+	bad := append(append([]string(nil), m.args...), "--discovery-user", "root:wrong")
+	cfg, err := config.Parse(bad, nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newServer(cfg, nil, reconfigHooks); err == nil || !strings.Contains(err.Error(), "authentication failed") {
+		t.Fatalf("discovery with a wrong password: %v, want etcd's authentication error", err)
+	}
+	m.args = append(m.args, "--discovery-user", "root", "--discovery-password", "rootpw")
+	c.start(m)
+	c.waitReady(m)
+	mustPut(t, m, "k", "v")
+}
