@@ -2,11 +2,14 @@ package lease
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/strata-db/strata/internal/poll"
 )
 
 // raftCheckpointer stands in for the server: it "proposes" a checkpoint by
@@ -38,20 +41,16 @@ func (c *raftCheckpointer) calls() [][]*pb.LeaseCheckpoint {
 // waitCalls waits until n checkpoint proposals were made.
 func (c *raftCheckpointer) waitCalls(t *testing.T, n int) [][]*pb.LeaseCheckpoint {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(c.calls()) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d checkpoint proposals, want %d", len(c.calls()), n)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	poll.Until(t, fmt.Sprintf("%d checkpoint proposals", n), func() bool { return len(c.calls()) >= n })
 	return c.calls()
 }
 
 func TestCheckpointSurvivesRestart(t *testing.T) {
 	clk := newFakeClock()
 	var apply sync.Mutex
-	e := newEnv(t, Config{now: clk.now, tick: 5 * time.Millisecond, CheckpointInterval: 10 * time.Second})
+	cfg := Config{now: clk.now, tick: 5 * time.Millisecond, CheckpointInterval: 10 * time.Second}
+	passes := countPasses(&cfg)
+	e := newEnv(t, cfg)
 	cp := &raftCheckpointer{e: e, apply: &apply}
 	e.le.SetCheckpointer(cp.propose)
 	apply.Lock()
@@ -90,7 +89,7 @@ func TestCheckpointSurvivesRestart(t *testing.T) {
 
 	// Without a Checkpointer nothing is proposed.
 	clk.advance(time.Minute)
-	time.Sleep(30 * time.Millisecond)
+	passes.waitFullPass(t) // a pass that saw the minute go by
 	if n := len(cp.calls()); n != 2 {
 		t.Fatalf("%d proposals with no checkpointer set, want still 2", n)
 	}
@@ -139,7 +138,9 @@ func TestCheckpointUnknownLease(t *testing.T) {
 func TestCheckpointSkipsFullTTL(t *testing.T) {
 	clk := newFakeClock()
 	var apply sync.Mutex
-	e := newEnv(t, Config{now: clk.now, tick: 5 * time.Millisecond, CheckpointInterval: 10 * time.Second})
+	cfg := Config{now: clk.now, tick: 5 * time.Millisecond, CheckpointInterval: 10 * time.Second}
+	passes := countPasses(&cfg)
+	e := newEnv(t, cfg)
 	cp := &raftCheckpointer{e: e, apply: &apply}
 	e.le.SetCheckpointer(cp.propose)
 	apply.Lock()
@@ -150,9 +151,9 @@ func TestCheckpointSkipsFullTTL(t *testing.T) {
 	e.grant(2, 100) // granted on the primary: 100 s left
 	apply.Unlock()
 	clk.advance(10 * time.Second)
-	calls := cp.waitCalls(t, 1)
-	time.Sleep(20 * time.Millisecond)
-	calls = cp.calls()
+	cp.waitCalls(t, 1)
+	passes.waitFullPass(t) // and lease 1 had a whole pass to show up in
+	calls := cp.calls()
 	if len(calls) != 1 || len(calls[0]) != 1 || calls[0][0].ID != 2 || calls[0][0].Remaining_TTL != 90 {
 		t.Fatalf("checkpoints %v, want only lease 2 at 90", calls)
 	}

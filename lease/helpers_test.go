@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-db/strata/internal/poll"
 	"github.com/strata-db/strata/mvcc"
 	"github.com/strata-db/strata/pagestore"
 )
@@ -29,6 +30,39 @@ func (c *fakeClock) advance(d time.Duration) {
 	c.mu.Lock()
 	c.t = c.t.Add(d)
 	c.mu.Unlock()
+}
+
+// passCounter counts the passes of the lessor's expiry/checkpoint loop
+// (Config.afterPass), so a test can wait until a whole pass has run
+// after it changed something, instead of sleeping.
+type passCounter struct {
+	mu sync.Mutex
+	n  int
+}
+
+// countPasses installs a pass counter in cfg.
+func countPasses(cfg *Config) *passCounter {
+	p := &passCounter{}
+	cfg.afterPass = func() {
+		p.mu.Lock()
+		p.n++
+		p.mu.Unlock()
+	}
+	return p
+}
+
+func (p *passCounter) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n
+}
+
+// waitFullPass waits until a pass that started after the call has ended
+// (two passes end: the one under way, if any, and the next).
+func (p *passCounter) waitFullPass(t testing.TB) {
+	t.Helper()
+	target := p.count() + 2
+	poll.Until(t, "a whole pass of the lessor's loop", func() bool { return p.count() >= target })
 }
 
 // env is a real page store file, backend, lessor and mvcc store, opened in

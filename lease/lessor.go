@@ -93,6 +93,11 @@ type Config struct {
 	// (etcd's 500 ms).
 	now  func() time.Time
 	tick time.Duration
+	// afterPass runs after each pass of the expiry/checkpoint loop;
+	// renewWaits runs when Renew starts waiting for an expired lease's
+	// revoke. Tests wait on them instead of sleeping.
+	afterPass  func()
+	renewWaits func(id int64)
 }
 
 // MinTTL returns etcd's minimum lease TTL for a raft election timeout and

@@ -69,7 +69,8 @@ func TestGrantTTLRules(t *testing.T) {
 
 func TestRenewRules(t *testing.T) {
 	clk := newFakeClock()
-	e := newEnv(t, Config{MinTTL: 1, now: clk.now})
+	waiting := make(chan int64, 4)
+	e := newEnv(t, Config{MinTTL: 1, now: clk.now, renewWaits: func(id int64) { waiting <- id }})
 	// Bounded, so that a Renew that never wakes fails the test instead of
 	// hanging it.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -102,9 +103,12 @@ func TestRenewRules(t *testing.T) {
 		res <- err
 	}()
 	select {
+	case id := <-waiting:
+		if id != 1 {
+			t.Fatalf("Renew waits for lease %d, want 1", id)
+		}
 	case err := <-res:
 		t.Fatalf("Renew of an expired lease returned %v before its revoke", err)
-	case <-time.After(50 * time.Millisecond):
 	}
 	if _, err := e.le.RevokeAndDelete(e.next(), 1, 1, e.store); err != nil {
 		t.Fatal(err)
@@ -120,7 +124,11 @@ func TestRenewRules(t *testing.T) {
 		_, err := e.le.Renew(ctx, 2)
 		res <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	select {
+	case <-waiting: // Renew is waiting when the demotion comes
+	case err := <-res:
+		t.Fatalf("Renew of an expired lease returned %v before the demotion", err)
+	}
 	e.le.Demote()
 	if err := <-res; !errors.Is(err, ErrNotPrimary) {
 		t.Fatalf("Renew waiting across a demotion: %v, want ErrNotPrimary", err)

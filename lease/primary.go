@@ -136,6 +136,9 @@ func (le *Lessor) Renew(ctx context.Context, id int64) (int64, error) {
 	le.mu.RUnlock()
 
 	if expired {
+		if le.cfg.renewWaits != nil {
+			le.cfg.renewWaits(id)
+		}
 		select {
 		case <-l.revoked:
 			return -1, ErrLeaseNotFound
@@ -185,6 +188,9 @@ func (le *Lessor) run() {
 	for {
 		le.sendExpired()
 		le.proposeCheckpoints()
+		if le.cfg.afterPass != nil {
+			le.cfg.afterPass()
+		}
 		select {
 		case <-t.C:
 		case <-le.ctx.Done():

@@ -194,6 +194,9 @@ func (c localClient) waitDelete(ctx context.Context, key []byte, rev int64) erro
 		return err
 	}
 	defer ws.Close()
+	if c.s.deleteWait != nil {
+		c.s.deleteWait(key)
+	}
 	for {
 		evs, _, done, err := c.nextEvents(ctx, ws)
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/strata-db/strata/internal/poll"
 	"github.com/strata-db/strata/server/v3electionpb"
 	"github.com/strata-db/strata/server/v3lockpb"
 )
@@ -86,20 +87,14 @@ func TestLock(t *testing.T) {
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("lock with a deadline: %v", err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	// The waiter that gave up deletes its key (in the background).
+	poll.Until(t, "the waiter that gave up to delete its key under l/", func() bool {
 		rr, err := m.kv.Range(ctx, &pb.RangeRequest{Key: []byte("l/"), RangeEnd: []byte("l0"), CountOnly: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rr.Count == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d keys under l/ after the waiter gave up, want 1", rr.Count)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return rr.Count == 1
+	})
 
 	_, err = lc.Lock(ctx, &v3lockpb.LockRequest{Name: []byte("x"), Lease: 12345})
 	wantStatus(t, err, codes.Unknown, "etcdserver: requested lease not found")
@@ -108,7 +103,20 @@ func TestLock(t *testing.T) {
 }
 
 func TestElection(t *testing.T) {
-	m := startMember(t, filepath.Join(t.TempDir(), "d"))
+	waiting := make(chan string, 8)
+	dir := filepath.Join(t.TempDir(), "d")
+	client := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	m := startHooked(t, []string{"--name", "m1", "--data-dir", dir,
+		"--listen-client-urls", client, "--advertise-client-urls", client,
+		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+		"--initial-cluster", "m1=" + peer}, client, nil,
+		storageHooks{deleteWait: func(key []byte) {
+			select {
+			case waiting <- string(key):
+			default:
+			}
+		}})
 	defer m.stop(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -166,11 +174,14 @@ func TestElection(t *testing.T) {
 		}
 		bobc <- r
 	}()
-	time.Sleep(300 * time.Millisecond)
+	// Bob's campaign must wait for alice's key to go.
 	select {
+	case k := <-waiting:
+		if k != string(al.Key) {
+			t.Fatalf("bob waits for the deletion of %q, want alice's key %q", k, al.Key)
+		}
 	case r := <-bobc:
 		t.Fatalf("bob elected while alice leads: %v", r)
-	default:
 	}
 	l, err := ec.Leader(ctx, &v3electionpb.LeaderRequest{Name: []byte("e")})
 	if err != nil || string(l.Kv.Value) != "alice2" {

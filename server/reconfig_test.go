@@ -418,7 +418,10 @@ func TestDiscoveryV3Auth(t *testing.T) {
 	authc := pb.NewAuthClient(reg.conn)
 	ctx := ctxT(t)
 	for _, step := range []func() error{
-		func() error { _, err := authc.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "root", Password: "rootpw"}); return err },
+		func() error {
+			_, err := authc.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "root", Password: "rootpw"})
+			return err
+		},
 		func() error { _, err := authc.RoleAdd(ctx, &pb.AuthRoleAddRequest{Name: "root"}); return err },
 		func() error {
 			_, err := authc.UserGrantRole(ctx, &pb.AuthUserGrantRoleRequest{User: "root", Role: "root"})

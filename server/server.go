@@ -89,6 +89,7 @@ type Server struct {
 	idleTrimmed      func()
 	idleTrimAlways   bool
 	healthInterval   time.Duration
+	deleteWait       func(key []byte)
 	removedOnce      sync.Once
 	be               *mvcc.Backend
 	kv               *mvcc.Store
@@ -147,6 +148,9 @@ type storageHooks struct {
 	// healthInterval replaces the 5 s a peer link must have been up to
 	// count in the strict reconfiguration checks.
 	healthInterval time.Duration
+	// deleteWait runs when a lock or campaign starts waiting for the
+	// deletion of key (the holder before it).
+	deleteWait func(key []byte)
 }
 
 func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Server, err error) {
@@ -180,7 +184,7 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	s.dbFS = hooks.dbFS
 	s.restoreWindow, s.readBlocked = hooks.restoreWindow, hooks.readBlocked
 	s.idleTrimInterval, s.idleTrimmed, s.idleTrimAlways = hooks.idleTrimInterval, hooks.idleTrimmed, hooks.idleTrimAlways
-	s.healthInterval = hooks.healthInterval
+	s.healthInterval, s.deleteWait = hooks.healthInterval, hooks.deleteWait
 	if s.healthInterval == 0 {
 		s.healthInterval = defaultHealthInterval
 	}
