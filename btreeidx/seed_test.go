@@ -3,10 +3,9 @@ package btreeidx
 import (
 	"flag"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"testing"
-	"time"
+
+	"github.com/strata-db/strata/internal/testseed"
 )
 
 // seedFlag replays a randomized test: go test ./btreeidx -run TestX -seed N.
@@ -19,17 +18,9 @@ func testRand(t *testing.T) *rand.Rand {
 	t.Helper()
 	seed := *seedFlag
 	if seed == 0 {
-		if s := os.Getenv("STRATA_SEED"); s != "" {
-			v, err := strconv.ParseUint(s, 10, 64)
-			if err != nil {
-				t.Fatalf("bad STRATA_SEED %q: %v", s, err)
-			}
-			seed = v
-		}
+		seed = testseed.Seed(t)
+	} else {
+		testseed.Log(t, seed, testseed.Env)
 	}
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed=%d (replay: go test ./btreeidx -run '^%s$' -seed %d)", seed, t.Name(), seed)
 	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 }

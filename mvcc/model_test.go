@@ -6,10 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"math/rand"
-	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"testing"
 	"time"
 
@@ -17,23 +15,19 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/strata-db/strata/internal/testseed"
 	"github.com/strata-db/strata/pagestore"
 )
 
 var seedFlag = flag.Int64("seed", 0, "replay a randomized test with this seed")
 
 func testSeed(t *testing.T) int64 {
-	seed := *seedFlag
-	if seed == 0 {
-		if s := os.Getenv("STRATA_SEED"); s != "" {
-			seed, _ = strconv.ParseInt(s, 10, 64)
-		}
+	t.Helper()
+	if *seedFlag != 0 {
+		testseed.Log(t, uint64(*seedFlag), testseed.Env)
+		return *seedFlag
 	}
-	if seed == 0 {
-		seed = time.Now().UnixNano()
-	}
-	t.Logf("seed=%d (replay with -seed=%d or STRATA_SEED)", seed, seed)
-	return seed
+	return int64(testseed.Seed(t) >> 1) // non-negative, as rand.NewSource takes it
 }
 
 type testStore struct {

@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -10,6 +11,8 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/strata-db/strata/internal/poll"
 )
 
 // histEvent is one change as the apply hook saw it.
@@ -201,8 +204,7 @@ func TestWatchConcurrent(t *testing.T) {
 		return out
 	}
 	// Wait for every live watcher to have its whole history.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll.UntilNil(t, "every live watcher to have its whole history", func() error {
 		behind := ""
 		for si, st := range states {
 			st.mu.Lock()
@@ -213,14 +215,11 @@ func TestWatchConcurrent(t *testing.T) {
 			}
 			st.mu.Unlock()
 		}
-		if behind == "" {
-			break
+		if behind != "" {
+			return errors.New(behind)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal(behind)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	for _, ws := range streams {
 		ws.Close()
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/strata-db/strata/server/config"
 
+	"github.com/strata-db/strata/internal/poll"
 	"github.com/strata-db/strata/internal/testport"
 )
 
@@ -216,16 +217,13 @@ func TestAutoCompactionPeriodic(t *testing.T) {
 	m := startMember(t, filepath.Join(t.TempDir(), "d"), "--auto-compaction-mode=periodic", "--auto-compaction-retention=1s")
 	defer m.stop(t)
 	ctx := context.Background()
-	deadline := time.Now().Add(8 * time.Second)
-	for m.s.kv.CompactRev() <= 0 && time.Now().Before(deadline) {
+	// Writes keep coming (each poll puts one) until a compaction ran.
+	poll.Until(t, "an automatic compaction with a 1s periodic retention", func() bool {
 		if _, err := m.kv.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if m.s.kv.CompactRev() <= 0 {
-		t.Fatal("no automatic compaction within 8s with a 1s periodic retention")
-	}
+		return m.s.kv.CompactRev() > 0
+	})
 	// It compacts to the revision of about one period ago, not the head.
 	if m.s.kv.CompactRev() >= m.s.kv.Rev() {
 		t.Fatalf("compacted to %d, the current revision is %d", m.s.kv.CompactRev(), m.s.kv.Rev())
@@ -244,13 +242,9 @@ func TestAutoCompactionRevision(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for m.s.kv.CompactRev() != m.s.kv.Rev()-10 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if got, want := m.s.kv.CompactRev(), m.s.kv.Rev()-10; got != want {
-		t.Fatalf("compact revision %d, want current minus retention %d", got, want)
-	}
+	poll.Until(t, "the compaction to the current revision minus the retention", func() bool {
+		return m.s.kv.CompactRev() == m.s.kv.Rev()-10
+	})
 }
 
 // TestDefragmentOutlivesItsClient: etcdctl gives up on a defrag after its
@@ -289,18 +283,12 @@ func TestDefragmentOutlivesItsClient(t *testing.T) {
 	if _, err := m.maint.Defragment(short, &pb.DefragmentRequest{}); status.Code(err) != codes.Canceled {
 		t.Fatalf("Defragment whose client went away: %v, want Canceled", err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll.Until(t, "the defrag to finish without its client", func() bool {
 		st := m.s.db.Stats()
-		if float64(st.FileSize) <= 1.2*float64(st.InUseBytes) {
-			t.Logf("file %d -> %d bytes, %d in use", before.FileSize, st.FileSize, st.InUseBytes)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("defrag stopped with its client: file %d -> %d bytes, %d in use", before.FileSize, st.FileSize, st.InUseBytes)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return float64(st.FileSize) <= 1.2*float64(st.InUseBytes)
+	})
+	st := m.s.db.Stats()
+	t.Logf("file %d -> %d bytes, %d in use", before.FileSize, st.FileSize, st.InUseBytes)
 	// Data is intact.
 	r, err := m.kv.Range(ctx, &pb.RangeRequest{Key: []byte("k"), RangeEnd: []byte("l"), CountOnly: true})
 	if err != nil || r.Count != 1000 {

@@ -25,3 +25,21 @@ func Until(t testing.TB, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// UntilNil returns once check() returns nil, or fails t after Deadline
+// with what it waited for and the last error check returned (what was
+// still missing).
+func UntilNil(t testing.TB, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(Deadline)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s: %v", Deadline, what, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/strata-db/strata/internal/testseed"
 )
 
 // Replaying a randomized run: the test prints its seed; set
@@ -14,14 +16,7 @@ import (
 // STRATA_RAFTTEST_STEPS for a longer run (make robustness uses 30000).
 func seedAndSteps(t *testing.T, defSteps int) (uint64, int) {
 	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("STRATA_RAFTTEST_SEED"); v != "" {
-		s, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("STRATA_RAFTTEST_SEED=%q: %v", v, err)
-		}
-		seed = s
-	}
+	seed := testseed.Seed(t, "STRATA_RAFTTEST_SEED", testseed.Env)
 	steps := defSteps
 	if v := os.Getenv("STRATA_RAFTTEST_STEPS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -30,7 +25,7 @@ func seedAndSteps(t *testing.T, defSteps int) (uint64, int) {
 		}
 		steps = n
 	}
-	t.Logf("seed %d, %d steps (replay: STRATA_RAFTTEST_SEED=%d go test ./raft/rafttest -run '%s')", seed, steps, seed, t.Name())
+	t.Logf("%d steps (STRATA_RAFTTEST_STEPS)", steps)
 	return seed, steps
 }
 

@@ -6,29 +6,19 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"testing"
-	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-db/strata/internal/testseed"
 )
 
-// seed returns the test's random seed: STRATA_SEED if set, else the
-// clock. It is logged so a failure can be replayed.
+// seed returns the test's random seed (testseed: STRATA_SEED replays).
 func seed(t testing.TB) uint64 {
 	t.Helper()
-	s := uint64(time.Now().UnixNano())
-	if env := os.Getenv("STRATA_SEED"); env != "" {
-		v, err := strconv.ParseUint(env, 10, 64)
-		if err != nil {
-			t.Fatalf("STRATA_SEED=%q: %v", env, err)
-		}
-		s = v
-	}
-	t.Logf("seed %d (replay with STRATA_SEED=%d)", s, s)
-	return s
+	return testseed.Seed(t)
 }
 
 var allTypes = []raftpb.MessageType{
