@@ -172,6 +172,16 @@ func linHistory(t *testing.T, bin string, cfg linConfig, idx int, seed int64, to
 	}
 	initRev := resp.Header.Revision
 
+	// Watch streams on every member from the first revision, with prev_kv
+	// and progress notifications (issue 22's watch guarantees), checked
+	// after the history against a reference watch.
+	watchCtx, stopWatches := context.WithCancel(context.Background())
+	defer stopWatches()
+	var watches []*lin.WatchLog
+	for _, m := range c.Members {
+		watches = append(watches, lin.RecordWatch(watchCtx, memberClient(t, m), m.Name(), initRev+1, 200*time.Millisecond))
+	}
+
 	h := lin.NewHistory()
 	inj := &linFault{c: c, h: h, rng: rand.New(rand.NewSource(rng.Int63())), kinds: cfg.faults, counts: map[string]int{},
 		down: map[*harness.Server]*atomic.Bool{}, clients: map[*harness.Server]*clientv3.Client{}}
@@ -265,6 +275,14 @@ func linHistory(t *testing.T, bin string, cfg linConfig, idx int, seed int64, to
 	}
 
 	ops := h.Ops()
+	wrep := linCheckWatches(t, c, clients, watches, stopWatches, initRev, finalRev, finals[0].Out.KV, ops)
+	fmt.Printf("WATCH history=%d streams=%d events=%d progress=%d reopens=%d violations=%d (%s)\n",
+		idx, wrep.Streams, wrep.Events, wrep.Progress, wrep.Reopens, wrep.Count(), wrep.Summary())
+	for kind, vs := range wrep.Violations {
+		for _, v := range vs {
+			t.Errorf("watch guarantee %s: %s", kind, v)
+		}
+	}
 	res := lin.Check(ops, initRev, cfg.checkTimeout)
 	sent, failed, probes, probesOK := 0, 0, 0, 0
 	for _, op := range ops {
@@ -336,6 +354,34 @@ func linHistory(t *testing.T, bin string, cfg linConfig, idx int, seed int64, to
 		}
 		t.Fatalf("history %d (seed %d): %s, %d lost writes, hashkv %s", idx, seed, res.Verdict, len(res.Lost), hashWord)
 	}
+}
+
+// linCheckWatches waits until every stream has reached finalRev, stops
+// them, reads the reference and checks the streams against it.
+func linCheckWatches(t *testing.T, c *harness.Cluster, clients map[*harness.Server]*clientv3.Client, watches []*lin.WatchLog,
+	stop context.CancelFunc, initRev, finalRev int64, final [lin.MaxKeys]lin.KV, ops []lin.Op) *lin.WatchReport {
+	t.Helper()
+	if err := linWaitUntil("every watch stream to reach the final revision", func() bool {
+		for _, w := range watches {
+			if w.Reached() < finalRev {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		for _, w := range watches {
+			t.Logf("watch on %s reached %d of %d", w.Member, w.Reached(), finalRev)
+		}
+		t.Error(err)
+	}
+	stop()
+	ctx, cancel := context.WithTimeout(context.Background(), poll.Deadline)
+	defer cancel()
+	ref, err := lin.ReadReference(ctx, clients[c.Members[0]], initRev, finalRev)
+	if err != nil {
+		t.Fatalf("reference watch: %v", err)
+	}
+	return lin.CheckWatches(watches, ref, initRev, finalRev, final, ops)
 }
 
 func linOutDir(t *testing.T, cfg linConfig, idx int) string {
