@@ -14,6 +14,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/strata-db/strata/e2e/harness"
+	"github.com/strata-db/strata/e2e/lin"
+	"github.com/strata-db/strata/internal/poll"
 )
 
 // TestKillLoop writes through clientv3 while the target server is
@@ -37,6 +39,13 @@ func TestKillLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Stop() })
+	// A watch of every key written, opened once and kept across the kills
+	// (clientv3 resumes it from the next revision after each restart):
+	// it must deliver every acknowledged put once, in order (checked at
+	// the end, checkKillLoopWatch).
+	var watch *lin.WatchLog
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
 	acked := map[string]int64{} // key -> acknowledged mod revision
 	maxRev := int64(0)
 	seq := 0
@@ -49,6 +58,14 @@ func TestKillLoop(t *testing.T) {
 			t.Fatal(err)
 		}
 		verify(t, k, cli, acked, maxRev)
+		if watch == nil {
+			wcli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.ClientURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer wcli.Close()
+			watch = lin.RecordWatchPrefix(watchCtx, wcli, "m1", "k", 1, 200*time.Millisecond)
+		}
 
 		// Four writers until the kill, which comes 20-300 ms in.
 		var mu sync.Mutex
@@ -101,6 +118,69 @@ func TestKillLoop(t *testing.T) {
 	defer cli.Close()
 	verify(t, kills, cli, acked, maxRev)
 	t.Logf("%d kills, %d acknowledged puts all present at their revisions (highest %d)", kills, len(acked), maxRev)
+	checkKillLoopWatch(t, cli, watch, acked, kills)
+}
+
+// checkKillLoopWatch checks the watch kept across the kills against the
+// final key set: every key's put arrives exactly once, at its revision, in
+// revision order, as a creation without prev_kv (keys are written once),
+// and nothing else arrives; every acknowledged put is among them.
+func checkKillLoopWatch(t *testing.T, cli *clientv3.Client, w *lin.WatchLog, acked map[string]int64, kills int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, "k", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	final := map[string]int64{}
+	for _, kv := range resp.Kvs {
+		final[string(kv.Key)] = kv.ModRevision
+	}
+	rev := resp.Header.Revision
+	poll.Until(t, "the watch kept across the kills to reach the final revision", func() bool { return w.Reached() >= rev })
+	seen := map[string]int64{}
+	var last int64
+	var violations []string
+	events := 0
+	for _, r := range w.Resps() {
+		if r.Err != "" {
+			violations = append(violations, "stream error: "+r.Err)
+		}
+		for _, e := range r.Events {
+			events++
+			switch {
+			case e.Rev < last:
+				violations = append(violations, fmt.Sprintf("%s after revision %d", e, last))
+			case seen[e.Key] != 0:
+				violations = append(violations, fmt.Sprintf("%s: %s delivered again (first at %d)", e, e.Key, seen[e.Key]))
+			case final[e.Key] != e.Rev || e.Delete || e.Value != e.Key || e.Create != e.Rev || e.HasPrev:
+				violations = append(violations, fmt.Sprintf("%s: the key set has %s at %d", e, e.Key, final[e.Key]))
+			}
+			last = max(last, e.Rev)
+			seen[e.Key] = e.Rev
+		}
+	}
+	for key, r := range final {
+		if seen[key] != r {
+			violations = append(violations, fmt.Sprintf("%s (revision %d) never arrived", key, r))
+		}
+	}
+	for key, r := range acked {
+		if seen[key] != r {
+			violations = append(violations, fmt.Sprintf("acknowledged %s (revision %d) never arrived", key, r))
+		}
+	}
+	_, _, progress, reopens, _ := w.Counts()
+	fmt.Printf("WATCH kill-loop members=1 kills=%d events=%d keys=%d progress=%d reopens=%d violations=%d\n",
+		kills, events, len(final), progress, reopens, len(violations))
+	for i, v := range violations {
+		if i == 20 {
+			t.Errorf("… %d more", len(violations)-20)
+			break
+		}
+		t.Errorf("watch across kills: %s", v)
+	}
 }
 
 func verify(t *testing.T, k int, cli *clientv3.Client, acked map[string]int64, maxRev int64) {

@@ -125,12 +125,17 @@ func (w *WatchLog) add(r WatchResp) {
 // not while clientv3 can reconnect) it is reopened from the revision after
 // the last one it delivered.
 func RecordWatch(ctx context.Context, cli *clientv3.Client, member string, start int64, progressEvery time.Duration) *WatchLog {
+	return RecordWatchPrefix(ctx, cli, member, Prefix, start, progressEvery)
+}
+
+// RecordWatchPrefix is RecordWatch on the keys under prefix.
+func RecordWatchPrefix(ctx context.Context, cli *clientv3.Client, member, prefix string, start int64, progressEvery time.Duration) *WatchLog {
 	w := &WatchLog{Member: member, Start: start}
 	go func() {
 		next := start
 		for ctx.Err() == nil {
 			wctx, cancel := context.WithCancel(ctx)
-			ch := cli.Watch(wctx, Prefix, clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithProgressNotify(), clientv3.WithRev(next))
+			ch := cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithProgressNotify(), clientv3.WithRev(next))
 			go func() {
 				t := time.NewTicker(progressEvery)
 				defer t.Stop()
