@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/status"
 
 	"github.com/strata-db/strata/internal/poll"
 	"github.com/strata-db/strata/pagestore"
@@ -522,4 +524,112 @@ func TestBacklogBoundRefusesWrites(t *testing.T) {
 	}
 	acked["after"] = "x"
 	checkAcked(t, m, acked)
+}
+
+// TestLeaderFdatasyncStall is issue 22 item 3's stalled disk: the
+// leader's WAL fdatasync hangs for 5 s under writers on every member.
+// Leadership moves to a member whose disk works; requests meanwhile fail
+// only with etcd's errors (or the client's own deadline); once the stall
+// ends, every acknowledged write is on every member.
+func TestLeaderFdatasyncStall(t *testing.T) {
+	var stallDir atomic.Value // string: the WAL directory whose next fdatasync stalls
+	stallDir.Store("")
+	stalled := make(chan time.Time, 1)
+	ffs := vfs.NewFaultFS(vfs.Default, func(ev vfs.Event) *vfs.Fault {
+		if d := stallDir.Load().(string); d != "" && ev.Op == vfs.OpSync && strings.HasPrefix(ev.Path, d) && stallDir.CompareAndSwap(d, "") {
+			stalled <- time.Now().Add(5 * time.Second)
+			return &vfs.Fault{Delay: 5 * time.Second} // a hung device
+		}
+		return nil
+	})
+	c := newTestClusterHooked(t, 3, storageHooks{walFS: ffs})
+	lead := c.leader()
+	oldTerm := lead.s.node.Status().Term
+
+	var mu sync.Mutex
+	acked := map[string]string{}
+	errs := map[string]int{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, m := range c.members {
+		for j := 0; j < 2; j++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for n := 0; ; n++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					k := fmt.Sprintf("w%d.%d/%05d", i, j, n)
+					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+					_, err := m.kv.Put(ctx, &pb.PutRequest{Key: []byte(k), Value: []byte(k)})
+					cancel()
+					mu.Lock()
+					if err == nil {
+						acked[k] = k
+					} else {
+						errs[status.Convert(err).Message()]++
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	poll.Until(t, "writes before the stall", func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) > 50 })
+	stallDir.Store(filepath.Join(lead.dir, "member", "wal"))
+	until := <-stalled
+	mu.Lock()
+	atStall := len(acked)
+	mu.Unlock()
+	// Leadership moves to a member whose disk works while the leader's
+	// fdatasync hangs (its raft goroutine waits for it: no heartbeats).
+	poll.Until(t, "a new leader while the old one's fdatasync hangs", func() bool {
+		for _, m := range c.members {
+			if m != lead && m.s.node.IsLeader() {
+				return true
+			}
+		}
+		return false
+	})
+	movedIn := time.Until(until)
+	mu.Lock()
+	duringStall := len(acked) - atStall
+	mu.Unlock()
+	poll.Until(t, "writes to go on after the stall", func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) > atStall+duringStall+50 })
+	close(stop)
+	wg.Wait()
+
+	allowed := []string{"etcdserver: request timed out", "etcdserver: leader changed", "etcdserver: no leader",
+		"etcdserver: request timed out, possibly due to previous leader failure", "context deadline exceeded",
+		"etcdserver: request timed out, possibly due to connection lost", "etcdserver: too many requests"}
+	for msg, n := range errs {
+		if !slices.Contains(allowed, msg) {
+			t.Errorf("%d requests failed with %q, which is not one of etcd's errors for a slow leader", n, msg)
+		}
+	}
+	newLead := c.leader()
+	if st := newLead.s.node.Status(); st.Term <= oldTerm {
+		t.Fatalf("term %d after the stall, %d before", st.Term, oldTerm)
+	}
+	last := mustPut(t, newLead, "after-stall", "x")
+	for _, m := range c.members {
+		poll.Until(t, m.name+" to apply every write", func() bool { return m.s.kv.Rev() >= last.Header.Revision })
+		resp, err := m.kv.Range(ctxT(t), &pb.RangeRequest{Key: []byte("w"), RangeEnd: []byte("x"), Serializable: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := map[string]bool{}
+		for _, kv := range resp.Kvs {
+			have[string(kv.Key)] = true
+		}
+		for k := range acked {
+			if !have[k] {
+				t.Fatalf("%s lost acknowledged %s", m.name, k)
+			}
+		}
+	}
+	t.Logf("leader %s's fdatasync stalled 5 s: leadership moved to %s with %v of the stall left; %d writes acknowledged (%d from the stall until the move), none lost; failures %v",
+		lead.name, newLead.name, movedIn.Round(time.Millisecond), len(acked), duringStall, errs)
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Op names an I/O operation that a FaultFS can fail.
@@ -56,6 +57,10 @@ type Fault struct {
 	// what a reopen after a crash sees (without fsync it could also lose
 	// them; tests that care truncate files themselves).
 	Crash bool
+	// Delay stalls the operation this long before it runs (or fails with
+	// Err): a hung device. The FaultFS's lock is not held meanwhile, so
+	// other operations, and other users of the FS, go on.
+	Delay time.Duration
 }
 
 // Hook is consulted before every operation. Returning nil lets it proceed.
@@ -104,6 +109,14 @@ func (fs *FaultFS) Crashed() bool {
 // check consults the hook for ev and returns the fault to apply, or an
 // ErrCrashed fault after a crash.
 func (fs *FaultFS) check(ev Event) *Fault {
+	f := fs.decide(ev)
+	if f != nil && f.Delay > 0 {
+		time.Sleep(f.Delay)
+	}
+	return f
+}
+
+func (fs *FaultFS) decide(ev Event) *Fault {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if fs.crashed {
