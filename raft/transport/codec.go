@@ -105,14 +105,22 @@ type frameBuf struct{ b []byte }
 
 const frameBufKeep = 64 << 10
 
-func (f *frameBuf) get(n uint64) []byte {
+// read reads the next n bytes of r. A frame larger than frameBufKeep is
+// read into a buffer that grows with what arrives, so a length prefix
+// (up to the limit) that no data follows costs no allocation of its size.
+func (f *frameBuf) read(r io.Reader, n uint64) ([]byte, error) {
 	if n > frameBufKeep {
-		return make([]byte, n)
+		b, err := io.ReadAll(io.LimitReader(r, int64(n)))
+		if err == nil && uint64(len(b)) < n {
+			err = io.ErrUnexpectedEOF
+		}
+		return b, err
 	}
 	if uint64(cap(f.b)) < n {
 		f.b = make([]byte, max(n, 4<<10))
 	}
-	return f.b[:n]
+	_, err := io.ReadFull(r, f.b[:n])
+	return f.b[:n], err
 }
 
 func (d *messageDecoder) decode() (*raftpb.Message, int, error) {
@@ -123,8 +131,8 @@ func (d *messageDecoder) decode() (*raftpb.Message, int, error) {
 	if n > d.limit {
 		return nil, 8, fmt.Errorf("%w: length %d, limit %d", ErrMessageTooLarge, n, d.limit)
 	}
-	buf := d.buf.get(n)
-	if _, err := io.ReadFull(d.r, buf); err != nil {
+	buf, err := d.buf.read(d.r, n)
+	if err != nil {
 		return nil, 8, unexpectedEOF(err)
 	}
 	m := &raftpb.Message{}
@@ -223,8 +231,8 @@ func (d *msgAppV2Decoder) decode() (*raftpb.Message, int, error) {
 		if n > d.limit {
 			return nil, 9, fmt.Errorf("%w: length %d, limit %d", ErrMessageTooLarge, n, d.limit)
 		}
-		buf := d.buf.get(n)
-		if _, err := io.ReadFull(d.r, buf); err != nil {
+		buf, err := d.buf.read(d.r, n)
+		if err != nil {
 			return nil, 9, unexpectedEOF(err)
 		}
 		m := &raftpb.Message{}
@@ -274,8 +282,8 @@ func (d *msgAppV2Decoder) decodeEntries() (*raftpb.Message, int, error) {
 		if n > d.limit || total > d.limit {
 			return nil, size, fmt.Errorf("%w: entries of %d bytes, limit %d", ErrMessageTooLarge, total, d.limit)
 		}
-		buf := d.buf.get(n)
-		if _, err := io.ReadFull(d.r, buf); err != nil {
+		buf, err := d.buf.read(d.r, n)
+		if err != nil {
 			return nil, size, unexpectedEOF(err)
 		}
 		size += int(n)
