@@ -10,7 +10,14 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-db/strata/internal/poll"
+	"github.com/strata-db/strata/pagestore"
+	"github.com/strata-db/strata/schema"
+	"github.com/strata-db/strata/server/config"
 )
 
 // TestCorruptAlarmStopsWrites (issue 17 item 2): once a client raises
@@ -110,4 +117,105 @@ func httpGet(t *testing.T, url string) (int, string) {
 		t.Fatal(err)
 	}
 	return resp.StatusCode, string(b)
+}
+
+// corruptValueOffline rewrites, in a stopped member's page store, the
+// value of every stored revision of key (same revisions, other bytes): a
+// member whose state silently differs from the others'.
+func corruptValueOffline(t *testing.T, dbPath, key string) {
+	t.Helper()
+	db, err := pagestore.Open(dbPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	changed := 0
+	err = db.Update(func(tx *pagestore.Tx) error {
+		b, err := tx.Bucket(schema.Key)
+		if err != nil {
+			return err
+		}
+		type rec struct{ k, v []byte }
+		var recs []rec
+		if err := b.ForEach(func(k, v []byte) error {
+			var kv mvccpb.KeyValue
+			if proto.Unmarshal(v, &kv) == nil && string(kv.Key) == key && len(kv.Value) > 0 {
+				kv.Value = []byte("corrupted")
+				nv, err := proto.Marshal(&kv)
+				if err != nil {
+					return err
+				}
+				recs = append(recs, rec{append([]byte(nil), k...), nv})
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, r := range recs {
+			if err := b.Put(r.k, r.v); err != nil {
+				return err
+			}
+			changed++
+		}
+		return nil
+	})
+	if err != nil || changed == 0 {
+		t.Fatalf("corrupting %s in %s: %d records changed, %v", key, dbPath, changed, err)
+	}
+}
+
+// TestCorruptionChecks (issue 22 item 2, the cluster part): a follower
+// whose page store was changed offline is refused at start by the initial
+// corruption check ("found data inconsistency with peers"); started
+// without it, the leader's periodic check finds it and raises the CORRUPT
+// alarm for that member, writes stop cluster-wide with etcd's "corrupt
+// cluster", and the other members keep the right value.
+func TestCorruptionChecks(t *testing.T) {
+	c := newTestCluster(t, 3, "--experimental-corrupt-check-time=100ms")
+	lead := c.leader()
+	last := mustPut(t, lead, "k", "v")
+	for _, m := range c.members {
+		poll.Until(t, m.name+" to apply the put", func() bool { return m.s.kv.Rev() >= last.Header.Revision })
+	}
+	victim := c.followers()[0]
+	c.stop(victim)
+	corruptValueOffline(t, filepath.Join(victim.dir, "member", "snap", "db"), "k")
+
+	// With the initial check on, the member refuses to serve.
+	args := append(append([]string(nil), victim.args...), "--feature-gates=InitialCorruptCheck=true")
+	cfg, err := config.Parse(args, nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := newServer(cfg, nil, storageHooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Serve()
+	_ = s.Stop()
+	if err == nil || !strings.Contains(err.Error(), "found data inconsistency with peers") {
+		t.Fatalf("the initial corruption check let a corrupt member start: %v", err)
+	}
+
+	// Without it, the leader's periodic check raises CORRUPT for it.
+	c.restart(victim)
+	lead = c.leader()
+	poll.Until(t, "the CORRUPT alarm for the corrupt member", func() bool {
+		for _, a := range alarmList(t, &testMember{s: lead.s, maint: lead.maint}) {
+			if a.Alarm == pb.AlarmType_CORRUPT && a.MemberID == victim.s.id {
+				return true
+			}
+		}
+		return false
+	})
+	_, err = lead.kv.Put(ctxT(t), &pb.PutRequest{Key: []byte("k"), Value: []byte("after")})
+	wantErr(t, err, rpctypes.ErrGRPCCorrupt)
+	for _, m := range c.members {
+		if m == victim {
+			continue
+		}
+		if v := getValue(t, m, "k", true); v != "v" {
+			t.Fatalf("%s has k=%q: the corruption spread", m.name, v)
+		}
+	}
 }

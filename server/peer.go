@@ -150,6 +150,7 @@ func (p *peers) serve() {
 		Extra: map[string]http.Handler{
 			leasePath:         leaseHandler{s},
 			leaseInternalPath: leaseHandler{s},
+			peerHashKVPath:    hashKVHandler{s},
 		},
 	})
 	for i, l := range p.listeners {

@@ -80,6 +80,9 @@ func (s *Server) Serve() error {
 	v3lockpb.RegisterLockServer(s.grpc, &lockServer{s: s})
 	v3electionpb.RegisterElectionServer(s.grpc, &electionServer{s: s})
 
+	if err := s.corruptChecksAtStart(); err != nil {
+		return err
+	}
 	if err := s.serveClients(clientTLS); err != nil {
 		s.stopListeners()
 		return err
@@ -99,7 +102,8 @@ func (s *Server) Serve() error {
 		go hsrv.Serve(l)
 		s.lg.Info("serving metrics", "address", u.String())
 	}
-	s.bg.Add(4)
+	s.bg.Add(5)
+	go func() { defer s.bg.Done(); s.runCorruptCheck() }()
 	go func() { defer s.bg.Done(); s.runIdleTrim() }()
 	go func() { defer s.bg.Done(); s.runLeases() }()
 	go func() { defer s.bg.Done(); s.runAutoCompaction() }()

@@ -1,0 +1,311 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/strata-db/strata/mvcc"
+	"github.com/strata-db/strata/raft/transport"
+	"github.com/strata-db/strata/server/config"
+)
+
+// etcd's corruption checks between members, on its peer protocol: each
+// member answers GET /members/hashkv on the peer port (a JSON
+// HashKVRequest in, a JSON HashKVResponse out, as etcd's members do), and
+//
+//   - the initial check (feature gate InitialCorruptCheck, or
+//     --experimental-initial-corrupt-check) compares this member's hash,
+//     before it serves clients, with every peer's at the same revision:
+//     a different hash at the same compact revision refuses the start
+//     ("<id> found data inconsistency with peers");
+//   - the periodic check (--corrupt-check-time > 0) runs on the leader:
+//     its hash, the peers' at its revision, then its own again after a
+//     linearizable read; a follower ahead of the leader, with a newer
+//     compact revision, or with a different hash at the same compact
+//     revision, raises the CORRUPT alarm for that member (the leader's own
+//     when its two hashes differ), through raft like any alarm.
+//
+// A raised CORRUPT alarm stops writes cluster-wide (corrupt.go), so a
+// corrupt member's state never spreads: the others keep their data, and
+// the operator replaces the member (member remove, member add, an empty
+// data dir).
+
+const peerHashKVPath = "/members/hashkv"
+
+// hashKVHandler serves peerHashKVPath.
+type hashKVHandler struct{ s *Server }
+
+func (h hashKVHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s := h.s
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", http.MethodGet)
+		http.Error(w, "Method Not Allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	cid := transport.FormatID(s.cluster)
+	if g := r.Header.Get("X-Etcd-Cluster-ID"); g != "" && g != cid {
+		http.Error(w, "cluster ID mismatch", http.StatusPreconditionFailed)
+		return
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		http.Error(w, "error reading body", http.StatusBadRequest)
+		return
+	}
+	req := &pb.HashKVRequest{}
+	if err := json.Unmarshal(b, req); err != nil {
+		http.Error(w, "error unmarshalling request", http.StatusBadRequest)
+		return
+	}
+	hash, rev, err := s.localHashKV(req.Revision)
+	if err != nil {
+		s.lg.Warn("failed to get hashKV", "requested-revision", req.Revision, "error", err)
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	out, err := json.Marshal(&pb.HashKVResponse{Header: &pb.ResponseHeader{Revision: rev, MemberId: s.id},
+		Hash: hash.Hash, CompactRevision: hash.CompactRevision, HashRevision: hash.Revision})
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("X-Etcd-Cluster-ID", cid)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(out)
+}
+
+// localHashKV is this member's HashKV at rev (0: the current revision).
+func (s *Server) localHashKV(rev int64) (mvcc.KeyValueHash, int64, error) {
+	s.lockForRead()
+	defer s.restoreMu.RUnlock()
+	return s.kv.HashKV(rev)
+}
+
+// peerHash is one peer's answer to a hash request.
+type peerHash struct {
+	id   uint64
+	urls []string
+	resp *pb.HashKVResponse
+	err  error
+}
+
+// peerHashes asks every other member for its hash at rev.
+func (s *Server) peerHashes(rev int64) []peerHash {
+	cc := &http.Client{Transport: s.peers.rt,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	var out []peerHash
+	for _, m := range s.members.List() {
+		if m.ID == s.id || len(m.PeerURLs) == 0 {
+			continue
+		}
+		p := peerHash{id: m.ID, urls: m.PeerURLs}
+		for _, u := range m.PeerURLs {
+			ctx, cancel := context.WithTimeout(context.Background(), s.requestTimeout())
+			p.resp, p.err = s.hashByRev(ctx, cc, u, rev)
+			cancel()
+			if p.err == nil {
+				break
+			}
+			s.lg.Warn("failed hash kv request", "local-member-id", transport.FormatID(s.id),
+				"requested-revision", rev, "remote-peer-endpoint", u, "error", p.err)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// hashByRev asks the peer at url for its hash at rev (etcd's HashByRev).
+func (s *Server) hashByRev(ctx context.Context, cc *http.Client, url string, rev int64) (*pb.HashKVResponse, error) {
+	body, err := json.Marshal(&pb.HashKVRequest{Revision: rev})
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+peerHashKVPath, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Etcd-Cluster-ID", transport.FormatID(s.cluster))
+	resp, err := cc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case resp.StatusCode == http.StatusBadRequest && strings.Contains(string(b), mvcc.ErrCompacted.Error()):
+		return nil, rpctypes.ErrCompacted
+	case resp.StatusCode == http.StatusBadRequest && strings.Contains(string(b), mvcc.ErrFutureRev.Error()):
+		return nil, rpctypes.ErrFutureRev
+	case resp.StatusCode == http.StatusPreconditionFailed:
+		return nil, rpctypes.ErrClusterIDMismatch
+	case resp.StatusCode != http.StatusOK:
+		return nil, fmt.Errorf("unknown error: %s", b)
+	}
+	out := &pb.HashKVResponse{}
+	if err := json.Unmarshal(b, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// initialCorruptCheck is etcd's InitialCheck; run before clients are
+// served when the InitialCorruptCheck gate is on.
+func (s *Server) initialCorruptCheck() error {
+	id := transport.FormatID(s.id)
+	s.lg.Info("starting initial corruption check", "local-member-id", id, "timeout", s.requestTimeout().String())
+	h, _, err := s.localHashKV(0)
+	if err != nil {
+		return fmt.Errorf("%s failed to fetch hash (%w)", id, err)
+	}
+	mismatch := 0
+	for _, p := range s.peerHashes(h.Revision) {
+		if p.resp == nil {
+			switch {
+			case errors.Is(p.err, rpctypes.ErrFutureRev):
+				s.lg.Warn("cannot fetch hash from slow remote peer", "local-member-id", id, "remote-peer-id", transport.FormatID(p.id))
+			case errors.Is(p.err, rpctypes.ErrCompacted):
+				s.lg.Warn("cannot fetch hash from remote peer; local member is behind", "local-member-id", id, "remote-peer-id", transport.FormatID(p.id))
+			case errors.Is(p.err, rpctypes.ErrClusterIDMismatch):
+				s.lg.Warn("cluster ID mismatch", "local-member-id", id, "remote-peer-id", transport.FormatID(p.id))
+			}
+			continue
+		}
+		if h.Hash == p.resp.Hash {
+			continue
+		}
+		attrs := []any{"local-member-id", id, "local-member-revision", h.Revision,
+			"local-member-compact-revision", h.CompactRevision, "local-member-hash", h.Hash,
+			"remote-peer-id", transport.FormatID(p.id), "remote-peer-endpoints", p.urls,
+			"remote-peer-revision", p.resp.Header.GetRevision(), "remote-peer-compact-revision", p.resp.CompactRevision,
+			"remote-peer-hash", p.resp.Hash}
+		if h.CompactRevision == p.resp.CompactRevision {
+			s.lg.Warn("found different hash values from remote peer", attrs...)
+			mismatch++
+		} else {
+			s.lg.Warn("found different compact revision values from remote peer", attrs...)
+		}
+	}
+	if mismatch > 0 {
+		return fmt.Errorf("%s found data inconsistency with peers", id)
+	}
+	s.lg.Info("initial corruption checking passed; no corruption", "local-member-id", id)
+	return nil
+}
+
+// runCorruptCheck runs the periodic check every --corrupt-check-time on
+// the leader, until the member stops.
+func (s *Server) runCorruptCheck() {
+	every := s.cfg.CorruptCheckTime
+	if every <= 0 {
+		return
+	}
+	s.lg.Info("enabled corruption checking", "local-member-id", transport.FormatID(s.id), "interval", every.String())
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-s.stopping:
+			return
+		}
+		if !s.node.IsLeader() {
+			continue
+		}
+		if err := s.periodicCorruptCheck(); err != nil {
+			s.lg.Warn("failed to check hash KV", "error", err)
+		}
+	}
+}
+
+// periodicCorruptCheck is etcd's PeriodicCheck.
+func (s *Server) periodicCorruptCheck() error {
+	h, _, err := s.localHashKV(0)
+	if err != nil {
+		return err
+	}
+	peers := s.peerHashes(h.Revision)
+	ctx, cancel := context.WithTimeout(context.Background(), s.requestTimeout())
+	err = s.linearizableRead(ctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	h2, rev2, err := s.localHashKV(0)
+	if err != nil {
+		return err
+	}
+	alarmed := false
+	mismatch := func(id uint64) {
+		if !alarmed {
+			alarmed = true
+			s.raiseCorruptAlarm(id)
+		}
+	}
+	if h2.Hash != h.Hash && h2.Revision == h.Revision && h.CompactRevision == h2.CompactRevision {
+		s.lg.Warn("found hash mismatch", "revision-1", h.Revision, "compact-revision-1", h.CompactRevision, "hash-1", h.Hash,
+			"revision-2", h2.Revision, "compact-revision-2", h2.CompactRevision, "hash-2", h2.Hash)
+		mismatch(s.id)
+	}
+	checked := 0
+	for _, p := range peers {
+		if p.resp == nil {
+			continue
+		}
+		checked++
+		peer := transport.FormatID(p.id)
+		switch {
+		case p.resp.Header.GetRevision() > rev2:
+			s.lg.Warn("revision from follower must be less than or equal to leader's",
+				"leader-revision", rev2, "follower-revision", p.resp.Header.GetRevision(), "follower-peer-id", peer)
+			mismatch(p.id)
+		case p.resp.CompactRevision > h2.CompactRevision:
+			s.lg.Warn("compact revision from follower must be less than or equal to leader's",
+				"leader-compact-revision", h2.CompactRevision, "follower-compact-revision", p.resp.CompactRevision, "follower-peer-id", peer)
+			mismatch(p.id)
+		case p.resp.CompactRevision == h.CompactRevision && p.resp.Hash != h.Hash:
+			s.lg.Warn("same compact revision then hashes must match",
+				"leader-compact-revision", h2.CompactRevision, "leader-hash", h.Hash,
+				"follower-compact-revision", p.resp.CompactRevision, "follower-hash", p.resp.Hash, "follower-peer-id", peer)
+			mismatch(p.id)
+		}
+	}
+	s.lg.Info("finished peer corruption check", "number-of-peers-checked", checked)
+	return nil
+}
+
+// raiseCorruptAlarm proposes the CORRUPT alarm for member id.
+func (s *Server) raiseCorruptAlarm(id uint64) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), s.requestTimeout())
+		defer cancel()
+		_, err := s.propose(ctx, &pb.InternalRaftRequest{Alarm: &pb.AlarmRequest{
+			MemberID: id, Action: pb.AlarmRequest_ACTIVATE, Alarm: pb.AlarmType_CORRUPT}})
+		if err != nil {
+			s.lg.Warn("failed to raise the CORRUPT alarm", "member-id", transport.FormatID(id), "error", err)
+		}
+	}()
+}
+
+// corruptChecksAtStart runs the initial check if its gate is on.
+func (s *Server) corruptChecksAtStart() error {
+	if !s.cfg.FeatureEnabled(config.FeatureInitialCorruptCheck) {
+		return nil
+	}
+	return s.initialCorruptCheck()
+}
