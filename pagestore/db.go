@@ -166,8 +166,14 @@ func (db *DB) open() error {
 		if ro || size >= int64(4*minPageSize) && size >= int64(4*osPageSize) {
 			return err
 		}
-		// Too short to have finished creation: an interrupted create.
+		// Too short to have finished creation: an interrupted create,
+		// if what it holds is a prefix of what a create writes (or zeros);
+		// anything else is a database cut short, which is refused.
 		if size > 0 {
+			if !db.interruptedCreate(size) {
+				return corruptf(db.path, "file is %d bytes, shorter than any database (%d), and holds data a create "+
+					"does not write: it was cut short (%v); restore the member from a snapshot or a peer", size, 4*osPageSize, err)
+			}
 			db.log.Warn("pagestore: reinitialising interrupted create", "path", db.path, "size", size, "err", err)
 		}
 		if m, err = db.initFile(); err != nil {
@@ -289,14 +295,7 @@ func (db *DB) readMetas(size int64) (*meta, error) {
 // and an empty freelist checkpoint, then syncs the file and its directory.
 func (db *DB) initFile() (*meta, error) {
 	ps := osPageSize
-	buf := make([]byte, 4*ps)
-	putHeader(buf[2*ps:], 2, flagLeaf, 0, 0, rootBucketOwner)
-	sealPage(buf[2*ps : 3*ps])
-	encodeFreelistRecord(buf[3*ps:], 3, flKindCheckpt, 0, 1, 4, 0, nil, nil, ps)
-	m := &meta{pageSize: uint32(ps), root: 2, flHead: 3, hwm: 4, nextBucketID: 1}
-	m.encode(buf[0:ps], 0)
-	m.txid = 1
-	m.encode(buf[ps:2*ps], 1)
+	buf, m := initialImage(ps)
 	if err := db.file.Truncate(0); err != nil {
 		return nil, fmt.Errorf("pagestore: create %s: %w", db.path, err)
 	}
@@ -312,6 +311,40 @@ func (db *DB) initFile() (*meta, error) {
 	db.metaBuf[0] = append([]byte(nil), buf[:ps]...)
 	db.metaBuf[1] = append([]byte(nil), buf[ps:2*ps]...)
 	return m, nil
+}
+
+// initialImage is the file a create writes (4 pages of ps bytes) and its
+// newest meta.
+func initialImage(ps int) ([]byte, *meta) {
+	buf := make([]byte, 4*ps)
+	putHeader(buf[2*ps:], 2, flagLeaf, 0, 0, rootBucketOwner)
+	sealPage(buf[2*ps : 3*ps])
+	encodeFreelistRecord(buf[3*ps:], 3, flKindCheckpt, 0, 1, 4, 0, nil, nil, ps)
+	m := &meta{pageSize: uint32(ps), root: 2, flHead: 3, hwm: 4, nextBucketID: 1}
+	m.encode(buf[0:ps], 0)
+	m.txid = 1
+	m.encode(buf[ps:2*ps], 1)
+	return buf, m
+}
+
+// interruptedCreate reports whether the first size bytes of the file can
+// only be what an interrupted create left: every byte is the create's or
+// zero.
+func (db *DB) interruptedCreate(size int64) bool {
+	img, _ := initialImage(osPageSize)
+	if size > int64(len(img)) {
+		return false
+	}
+	got := make([]byte, size)
+	if n, err := db.file.ReadAt(got, 0); int64(n) != size && err != nil {
+		return false
+	}
+	for i, b := range got {
+		if b != 0 && b != img[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // writeFull writes all of b at off, treating a silent short write as an

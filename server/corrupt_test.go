@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -217,5 +219,36 @@ func TestCorruptionChecks(t *testing.T) {
 		if v := getValue(t, m, "k", true); v != "v" {
 			t.Fatalf("%s has k=%q: the corruption spread", m.name, v)
 		}
+	}
+}
+
+// An emptied page store (a zero-length file opens as a new database, as in
+// bbolt) under a WAL that has moved past a snapshot is refused at start,
+// naming the index the state machine needs: the WAL cannot rebuild what
+// the snapshot held. (With no snapshot yet, the WAL replays everything.)
+func TestEmptiedPageStoreRefused(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "d")
+	args, client := memberArgs(t, dir, "--disk-probe=false", "--snapshot-count=10")
+	m := startWithArgs(t, args, client)
+	for i := 0; i < 50; i++ {
+		if _, err := m.kv.Put(context.Background(), &pb.PutRequest{Key: []byte(fmt.Sprint(i)), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.stop(t)
+	if err := os.Truncate(filepath.Join(dir, "member", "snap", "db"), 0); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(args, nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := newServer(cfg, nil, storageHooks{})
+	if err == nil {
+		s.Stop()
+		t.Fatal("a member started on an emptied page store behind its WAL's snapshot")
+	}
+	if !strings.Contains(err.Error(), "the state machine is at index 0, behind the WAL's snapshot") {
+		t.Fatalf("start on an emptied page store: %v", err)
 	}
 }
