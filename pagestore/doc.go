@@ -180,7 +180,9 @@
 // an empty freelist checkpoint, fdatasync, then fsync of the parent
 // directory so the file's name is durable. A file too short to hold those
 // four pages with no valid meta is treated as an interrupted create and
-// initialised again.
+// initialised again, but only if every byte it holds is the create's or
+// zero; a database cut short is refused (ErrCorrupt, naming the file and
+// its size). An empty file is a new database, as in bbolt.
 //
 // Writes go through pwrite on the vfs.File (never through the mapping,
 // which is read-only), so vfs.FaultFS sees every write and sync. Readers
