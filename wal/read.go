@@ -19,6 +19,9 @@ type logRead struct {
 	tail      int64 // end of the last complete unit in the last segment
 	lastBatch uint64
 	torn      *tornTail
+	// entFile is the segment the last entry came from, prevSeg the
+	// segment read before the one being read.
+	entFile, prevSeg string
 }
 
 // readLog reads every segment from the one holding snap to the last,
@@ -48,6 +51,9 @@ func readLog(fs vfs.FS, dir string, snap Snapshot) (*logRead, error) {
 	snapFound := snap.Index == 0
 	var buf []byte
 	for i, seg := range r.segs {
+		if i > 0 {
+			r.prevSeg = r.segs[i-1].path
+		}
 		data, err := readSegment(fs, seg.path, buf)
 		if err != nil {
 			return nil, err
@@ -97,9 +103,18 @@ func (r *logRead) apply(path string, off int64, rec Record, snap Snapshot, snapF
 			if n := len(r.ents); n > 0 {
 				prev = r.ents[n-1].GetIndex()
 			}
+			if r.entFile != path && r.prevSeg != "" {
+				// The gap is at a segment boundary: the segment before
+				// lost its last records (cut short, or damaged where it
+				// looked like its end).
+				return corrupt("entry index %d does not follow index %d: the previous segment %s lost the entries after "+
+					"index %d (cut short, or damaged where it looked like its end); restore the member from a snapshot or a peer",
+					idx, prev, r.prevSeg, prev)
+			}
 			return corrupt("entry index %d does not follow index %d", idx, prev)
 		}
 		r.ents = append(r.ents[:pos], e)
+		r.entFile = path
 	case TypeState:
 		st := &raftpb.HardState{}
 		if err := proto.Unmarshal(rec.Data, st); err != nil {
