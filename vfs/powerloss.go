@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 )
 
@@ -103,7 +104,14 @@ func (fs *PowerLossFS) Recover() (files, entries int, err error) {
 			err = errors.Join(err, ignoreMissing(os.Remove(op.path)))
 			delete(fs.files, op.path)
 		case opMkdir:
-			err = errors.Join(err, ignoreMissing(os.Remove(op.path)))
+			// The directory's own entry is lost, and with it everything
+			// in it, however durable inside.
+			err = errors.Join(err, os.RemoveAll(op.path))
+			for p := range fs.files {
+				if strings.HasPrefix(p, op.path+string(filepath.Separator)) {
+					delete(fs.files, p)
+				}
+			}
 		case opRename:
 			if e := os.Rename(op.path, op.from); e != nil {
 				err = errors.Join(err, e)
