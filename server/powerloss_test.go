@@ -29,6 +29,62 @@ import (
 // the revision never went back, and the member always starts.
 // STRATA_POWERLOSS_CYCLES sets the number of cycles (default 40; make
 // robustness runs 200).
+// ackLog is what a power-loss test's writer knows: each key's
+// acknowledged value, the values put since whose put failed (each may
+// have landed before the cut), and the highest acknowledged revision.
+type ackLog struct {
+	acked   map[string]string
+	pending map[string]map[string]bool
+	maxRev  int64
+	puts    int
+}
+
+func newAckLog() *ackLog {
+	return &ackLog{acked: map[string]string{}, pending: map[string]map[string]bool{}}
+}
+
+// record notes the outcome of putting k=v.
+func (a *ackLog) record(k, v string, resp *pb.PutResponse, err error) {
+	if err != nil {
+		if a.pending[k] == nil {
+			a.pending[k] = map[string]bool{}
+		}
+		a.pending[k][v] = true
+		return
+	}
+	a.acked[k] = v
+	delete(a.pending, k)
+	a.puts++
+	a.maxRev = max(a.maxRev, resp.Header.Revision)
+}
+
+// verify checks rr, a range of every key after the reboot: the revision
+// did not go back, every acknowledged value (or a later one in doubt) is
+// there, nothing else is; then rr becomes the baseline.
+func (a *ackLog) verify(t *testing.T, cycle int, crashAt int64, rr *pb.RangeResponse) {
+	t.Helper()
+	if rr.Header.Revision < a.maxRev {
+		t.Fatalf("cycle %d (power cut at operation %d): revision %d after the power loss, %d acknowledged before", cycle, crashAt, rr.Header.Revision, a.maxRev)
+	}
+	got := map[string]string{}
+	for _, kv := range rr.Kvs {
+		got[string(kv.Key)] = string(kv.Value)
+	}
+	for k, v := range a.acked {
+		if got[k] != v && !a.pending[k][got[k]] {
+			t.Fatalf("cycle %d (power cut at operation %d): acknowledged %s=%s, now %q", cycle, crashAt, k, v, got[k])
+		}
+	}
+	for k, v := range got {
+		if _, ok := a.acked[k]; !ok && !a.pending[k][v] {
+			t.Fatalf("cycle %d: %s=%s appeared, which no put wrote", cycle, k, v)
+		}
+		a.acked[k] = v
+	}
+	a.pending = map[string]map[string]bool{}
+	a.maxRev = max(a.maxRev, rr.Header.Revision)
+}
+
 // connectMember waits until s serves (it may not: the power may go
 // first) and returns a client of it, or nil.
 func connectMember(t *testing.T, s *Server, client string) *testMember {
@@ -56,12 +112,8 @@ func TestPowerLossCycles(t *testing.T) {
 	}
 	dir := filepath.Join(t.TempDir(), "d")
 	args, client := memberArgs(t, dir, "--disk-probe=false", "--snapshot-count=50", "--snapshot-catchup-entries=10")
-	acked := map[string]string{}
-	// pending: values put after a key's acknowledged one whose put failed
-	// (the power went): each may or may not have made it.
-	pending := map[string]map[string]bool{}
-	var maxRev int64
-	starts, putsAcked := 0, 0
+	log := newAckLog()
+	starts := 0
 	for cycle := 0; cycle < cycles; cycle++ {
 		plfs := vfs.NewPowerLossFS(vfs.Default)
 		var n atomic.Int64
@@ -87,17 +139,10 @@ func TestPowerLossCycles(t *testing.T) {
 					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 					resp, err := m.kv.Put(ctx, &pb.PutRequest{Key: []byte(k), Value: []byte(v)})
 					cancel()
+					log.record(k, v, resp, err)
 					if err != nil {
-						if pending[k] == nil {
-							pending[k] = map[string]bool{}
-						}
-						pending[k][v] = true
 						break
 					}
-					acked[k] = v
-					delete(pending, k)
-					putsAcked++
-					maxRev = max(maxRev, resp.Header.Revision)
 				}
 				if m != nil {
 					m.conn.Close()
@@ -115,32 +160,11 @@ func TestPowerLossCycles(t *testing.T) {
 		if err != nil {
 			t.Fatalf("cycle %d: range after the power loss: %v", cycle, err)
 		}
-		if rr.Header.Revision < maxRev {
-			t.Fatalf("cycle %d (power cut at operation %d): revision %d after the power loss, %d acknowledged before", cycle, crashAt, rr.Header.Revision, maxRev)
-		}
-		got := map[string]string{}
-		for _, kv := range rr.Kvs {
-			got[string(kv.Key)] = string(kv.Value)
-		}
-		for k, v := range acked {
-			if got[k] != v && !pending[k][got[k]] {
-				t.Fatalf("cycle %d (power cut at operation %d): acknowledged %s=%s, now %q", cycle, crashAt, k, v, got[k])
-			}
-		}
-		for k, v := range got {
-			if _, ok := acked[k]; !ok && !pending[k][v] {
-				t.Fatalf("cycle %d: %s=%s appeared, which no put wrote", cycle, k, v)
-			}
-		}
-		pending = map[string]map[string]bool{}
-		for k, v := range got {
-			acked[k] = v // what is there now is the baseline
-		}
-		maxRev = max(maxRev, rr.Header.Revision)
+		log.verify(t, cycle, crashAt, rr)
 		m.stop(t)
 	}
 	t.Logf("POWER-LOSS server: %d cycles (%d started before the cut), %d puts acknowledged, 0 lost, revision never went back (%d at the end); every restart started",
-		cycles, starts, putsAcked, maxRev)
+		cycles, starts, log.puts, log.maxRev)
 }
 
 // swapFS is a vfs.FS whose target a test replaces between runs of a
@@ -177,10 +201,7 @@ func TestClusterPowerLossCycles(t *testing.T) {
 	swap := &swapFS{}
 	swap.set(vfs.Default)
 	c := newTestClusterHooked(t, 3, storageHooks{walFS: swap, dbFS: swap}, "--snapshot-count=100", "--snapshot-catchup-entries=20")
-	acked := map[string]string{}
-	pending := map[string]map[string]bool{}
-	var maxRev int64
-	puts := 0
+	log := newAckLog()
 	c.stopAll()
 	for cycle := 0; cycle < cycles; cycle++ {
 		plfs := vfs.NewPowerLossFS(vfs.Default)
@@ -223,17 +244,7 @@ func TestClusterPowerLossCycles(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			resp, err := m.kv.Put(ctx, &pb.PutRequest{Key: []byte(k), Value: []byte(v)})
 			cancel()
-			if err != nil {
-				if pending[k] == nil {
-					pending[k] = map[string]bool{}
-				}
-				pending[k][v] = true
-				continue
-			}
-			acked[k] = v
-			delete(pending, k)
-			puts++
-			maxRev = max(maxRev, resp.Header.Revision)
+			log.record(k, v, resp, err)
 		}
 		for _, m := range clients {
 			m.conn.Close()
@@ -259,25 +270,9 @@ func TestClusterPowerLossCycles(t *testing.T) {
 		if err != nil {
 			t.Fatalf("cycle %d: range after the power loss: %v", cycle, err)
 		}
-		if rr.Header.Revision < maxRev {
-			t.Fatalf("cycle %d (power cut at operation %d): revision %d, %d acknowledged before", cycle, crashAt, rr.Header.Revision, maxRev)
-		}
-		got := map[string]string{}
-		for _, kv := range rr.Kvs {
-			got[string(kv.Key)] = string(kv.Value)
-		}
-		for k, v := range acked {
-			if got[k] != v && !pending[k][got[k]] {
-				t.Fatalf("cycle %d (power cut at operation %d): acknowledged %s=%s, now %q", cycle, crashAt, k, v, got[k])
-			}
-		}
-		for k, v := range got {
-			acked[k] = v
-		}
-		pending = map[string]map[string]bool{}
-		maxRev = max(maxRev, rr.Header.Revision)
+		log.verify(t, cycle, crashAt, rr)
 		c.stopAll()
 	}
 	t.Logf("POWER-LOSS cluster: %d cycles of a whole-cluster power cut on 3 members, %d puts acknowledged, 0 lost, the revision never went back (%d), the cluster came back every time",
-		cycles, puts, maxRev)
+		cycles, log.puts, log.maxRev)
 }
