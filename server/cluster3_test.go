@@ -470,9 +470,11 @@ func TestClusterSnapshotCatchUp(t *testing.T) {
 	if !strings.Contains(lagging.logText(), "restored the state from a leader's snapshot") {
 		t.Fatalf("the lagging member caught up without a snapshot; its log:\n%s", lagging.logText())
 	}
-	if !strings.Contains(lead.logText(), "sent database snapshot") {
-		t.Fatalf("the leader's log does not show the snapshot it sent:\n%s", lead.logText())
-	}
+	// The leader logs the send once the follower has answered it, which
+	// may be after the follower already installed the image.
+	poll.Until(t, "the leader's log to show the snapshot it sent", func() bool {
+		return strings.Contains(lead.logText(), "sent database snapshot")
+	})
 	// The restored member has the leader's data, leases and members, and
 	// keeps following the log.
 	after := mustPut(t, lead, "after", "z")
