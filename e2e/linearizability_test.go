@@ -235,23 +235,11 @@ func linHistory(t *testing.T, bin string, cfg linConfig, idx int, seed int64, to
 		t.Fatal(err)
 	}
 	// A disagreement that outlasts the wait is reported with the verdict.
-	var finals []lin.Op
-	finalsErr := linWaitUntil("the members' final reads to agree", func() bool {
-		finals = finals[:0]
-		for _, m := range c.Members {
-			op := lin.NewClient(clients[m], h, m.Name()+".final", linOpTimeout).Do(lin.Input{Kind: lin.Range})
-			if op.Failed() {
-				return false
-			}
-			finals = append(finals, op)
-		}
-		for _, op := range finals[1:] {
-			if op.Out != finals[0].Out {
-				return false
-			}
-		}
-		return true
-	})
+	var readers []linReader
+	for _, m := range c.Members {
+		readers = append(readers, linReader{m.Name(), clients[m]})
+	}
+	finals, finalsErr := linFinalReads(h, readers, linOpTimeout)
 	if len(finals) < len(c.Members) {
 		t.Fatalf("final reads: %v", finalsErr)
 	}
@@ -595,6 +583,37 @@ func (f *linFault) holdWithProbes(m *harness.Server, d time.Duration) {
 
 // linWaitUntil is poll.Until for a goroutine other than the test's: it
 // returns an error instead of failing the test.
+// linReader is a member's name and a client of it.
+type linReader struct {
+	name string
+	cli  *clientv3.Client
+}
+
+// linFinalReads reads the whole key set on every member, recorded in h
+// like every other operation, until all of them succeed and agree. A
+// disagreement that outlasts the wait is returned as the error, with the
+// last reads.
+func linFinalReads(h *lin.History, readers []linReader, timeout time.Duration) ([]lin.Op, error) {
+	var finals []lin.Op
+	err := linWaitUntil("the members' final reads to agree", func() bool {
+		finals = finals[:0]
+		for _, r := range readers {
+			op := lin.NewClient(r.cli, h, r.name+".final", timeout).Do(lin.Input{Kind: lin.Range})
+			if op.Failed() {
+				return false
+			}
+			finals = append(finals, op)
+		}
+		for _, op := range finals[1:] {
+			if op.Out != finals[0].Out {
+				return false
+			}
+		}
+		return true
+	})
+	return finals, err
+}
+
 func linWaitUntil(what string, cond func() bool) error {
 	return linWaitUntilFor(poll.Deadline, what, cond)
 }

@@ -312,23 +312,11 @@ func TestScaleUnderLoad(t *testing.T) {
 	if _, err := scaleLeader(r.active); err != nil {
 		t.Fatal(err)
 	}
-	var finals []lin.Op
-	finalsErr := linWaitUntil("the members' final reads to agree", func() bool {
-		finals = finals[:0]
-		for _, m := range r.active {
-			op := lin.NewClient(m.cli, r.load.h, m.name()+".final", scaleOpTimeout).Do(lin.Input{Kind: lin.Range})
-			if op.Failed() {
-				return false
-			}
-			finals = append(finals, op)
-		}
-		for _, op := range finals[1:] {
-			if op.Out != finals[0].Out {
-				return false
-			}
-		}
-		return true
-	})
+	var readers []linReader
+	for _, m := range r.active {
+		readers = append(readers, linReader{m.name(), m.cli})
+	}
+	finals, finalsErr := linFinalReads(r.load.h, readers, scaleOpTimeout)
 	if len(finals) < len(r.active) {
 		t.Fatalf("final reads: %v", finalsErr)
 	}
