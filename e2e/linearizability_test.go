@@ -620,12 +620,20 @@ func linWaitUntil(what string, cond func() bool) error {
 
 // linWaitUntilFor is linWaitUntil with a deadline of d.
 func linWaitUntilFor(d time.Duration, what string, cond func() bool) error {
+	return linPoll(d, time.Millisecond, what, cond)
+}
+
+// linPoll checks cond every interval until it holds or d has passed. A
+// cond that sends a request (a retried membership change) takes a longer
+// interval than a local check, so a refusal is not asked a thousand times
+// a second.
+func linPoll(d, every time.Duration, what string, cond func() bool) error {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("timed out after %v waiting for %s", d, what)
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(every)
 	}
 	return nil
 }

@@ -188,21 +188,19 @@ func (cs *clusterSide) rcRun(on int, args ...string) harness.Result {
 // and returns that last answer.
 func (cs *clusterSide) rcRetry(t *testing.T, on int, retryOn string, args ...string) harness.Result {
 	t.Helper()
-	deadline := time.Now().Add(poll.Deadline)
-	for tries := 1; ; tries++ {
-		r := cs.rcRun(on, args...)
-		if !strings.Contains(r.Stdout+r.Stderr, retryOn) {
-			if tries > 1 {
-				t.Logf("%s: %s: answered after %d tries", cs.label, shellJoin(args), tries)
-			}
-			return r
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("%s: %s: still %q after %v", cs.label, shellJoin(args), retryOn, poll.Deadline)
-			return r
-		}
-		time.Sleep(100 * time.Millisecond)
+	var r harness.Result
+	tries := 0
+	err := linPoll(poll.Deadline, 100*time.Millisecond, fmt.Sprintf("%s: %s to answer other than %q", cs.label, shellJoin(args), retryOn), func() bool {
+		tries++
+		r = cs.rcRun(on, args...)
+		return !strings.Contains(r.Stdout+r.Stderr, retryOn)
+	})
+	if err != nil {
+		t.Error(err)
+	} else if tries > 1 {
+		t.Logf("%s: %s: answered after %d tries", cs.label, shellJoin(args), tries)
 	}
+	return r
 }
 
 func rcCtlRetry(on int, retryOn string, args ...string) func(t *testing.T, cs *clusterSide) harness.Result {

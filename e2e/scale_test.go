@@ -540,7 +540,7 @@ func (r *scaleRun) grow() {
 	var via *scaleMember
 	tries := 0
 	ambiguous := false
-	if err := linWaitUntil(fmt.Sprintf("MemberAdd of %s to be accepted", name), func() bool {
+	if err := linPoll(poll.Deadline, 50*time.Millisecond, fmt.Sprintf("MemberAdd of %s to be accepted", name), func() bool {
 		via = r.via()
 		tries++
 		ctx, cancel := context.WithTimeout(context.Background(), scaleAdminTimeout)
@@ -569,7 +569,6 @@ func (r *scaleRun) grow() {
 		default:
 			t.Fatalf("MemberAdd of %s (learner, %s) through %s: %v", name, s.AdvertisePeerURL, via.name(), err)
 		}
-		time.Sleep(50 * time.Millisecond)
 		return false
 	}); err != nil {
 		t.Fatal(err)
@@ -623,7 +622,7 @@ func (r *scaleRun) grow() {
 	ptries := 0
 	notReady := 0
 	ambiguous = false
-	if err := linWaitUntil(fmt.Sprintf("%s to be promoted", name), func() bool {
+	if err := linPoll(poll.Deadline, 20*time.Millisecond, fmt.Sprintf("%s to be promoted", name), func() bool {
 		pv := r.via()
 		ptries++
 		ctx, cancel := context.WithTimeout(context.Background(), scaleAdminTimeout)
@@ -641,7 +640,6 @@ func (r *scaleRun) grow() {
 		default:
 			t.Fatalf("MemberPromote of %s through %s: %v", name, pv.name(), err)
 		}
-		time.Sleep(20 * time.Millisecond)
 		return false
 	}); err != nil {
 		t.Fatal(err)
@@ -684,7 +682,7 @@ func (r *scaleRun) shrink(leader bool) {
 	tries := 0
 	ambiguous := false
 	var via *scaleMember
-	if err := linWaitUntil(fmt.Sprintf("MemberRemove of %s to be accepted", victim.name()), func() bool {
+	if err := linPoll(poll.Deadline, 50*time.Millisecond, fmt.Sprintf("MemberRemove of %s to be accepted", victim.name()), func() bool {
 		via = r.via()
 		tries++
 		ctx, cancel := context.WithTimeout(context.Background(), scaleAdminTimeout)
@@ -700,7 +698,6 @@ func (r *scaleRun) shrink(leader bool) {
 		default:
 			t.Fatalf("MemberRemove of %s through %s: %v", victim.name(), via.name(), err)
 		}
-		time.Sleep(50 * time.Millisecond)
 		return false
 	}); err != nil {
 		t.Fatal(err)

@@ -86,6 +86,55 @@ func (a *ackLog) verify(t *testing.T, cycle int, crashAt int64, rr *pb.RangeResp
 	a.maxRev = max(a.maxRev, rr.Header.Revision)
 }
 
+// powerCut is a power-loss FS behind a fault FS that cuts the power at
+// I/O operation number at (counted from 1 over every user of the FS).
+type powerCut struct {
+	pl    *vfs.PowerLossFS
+	fs    *vfs.FaultFS
+	n, at atomic.Int64
+}
+
+func newPowerCut(at int64) *powerCut {
+	c := &powerCut{pl: vfs.NewPowerLossFS(vfs.Default)}
+	c.at.Store(at)
+	c.fs = vfs.NewFaultFS(c.pl, func(ev vfs.Event) *vfs.Fault {
+		if c.n.Add(1) == c.at.Load() {
+			return &vfs.Fault{Crash: true}
+		}
+		return nil
+	})
+	return c
+}
+
+// cut makes sure the power is off and puts the files back to what the
+// disk durably held.
+func (c *powerCut) cut(t *testing.T, cycle int) {
+	t.Helper()
+	c.pl.Crash()
+	if _, _, err := c.pl.Recover(); err != nil {
+		t.Fatalf("cycle %d: recover: %v", cycle, err)
+	}
+}
+
+// serveOn starts a member from args with hooks and serves it; nil when
+// the start failed (the power may go during it).
+func serveOn(t *testing.T, args []string, hooks storageHooks) *Server {
+	t.Helper()
+	cfg, err := config.Parse(args, nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := newServer(cfg, nil, hooks)
+	if err != nil {
+		return nil
+	}
+	if err := s.Serve(); err != nil {
+		_ = s.Stop()
+		return nil
+	}
+	return s
+}
+
 // connectMember waits until s serves (it may not: the power may go
 // first) and returns a client of it, or nil.
 func connectMember(t *testing.T, s *Server, client string) *testMember {
@@ -116,45 +165,29 @@ func TestPowerLossCycles(t *testing.T) {
 	log := newAckLog()
 	starts := 0
 	for cycle := 0; cycle < cycles; cycle++ {
-		plfs := vfs.NewPowerLossFS(vfs.Default)
-		var n atomic.Int64
 		crashAt := int64(20 + rng.IntN(400))
-		ffs := vfs.NewFaultFS(plfs, func(ev vfs.Event) *vfs.Fault {
-			if n.Add(1) == crashAt {
-				return &vfs.Fault{Crash: true}
-			}
-			return nil
-		})
-		cfg, err := config.Parse(args, nil, io.Discard)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := newServer(cfg, nil, storageHooks{walFS: ffs, dbFS: ffs})
-		if err == nil {
+		pc := newPowerCut(crashAt)
+		ffs := pc.fs
+		if s := serveOn(t, args, storageHooks{walFS: ffs, dbFS: ffs}); s != nil {
 			starts++
-			if serr := s.Serve(); serr == nil {
-				m := connectMember(t, s, client)
-				// Puts until the power goes (or 300 of them).
-				for i := 0; m != nil && i < 300 && !ffs.Crashed(); i++ {
-					k, v := fmt.Sprintf("k%03d", rng.IntN(200)), fmt.Sprintf("c%d-%d", cycle, i)
-					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-					resp, err := m.kv.Put(ctx, &pb.PutRequest{Key: []byte(k), Value: []byte(v)})
-					cancel()
-					log.record(k, v, resp, err)
-					if err != nil {
-						break
-					}
+			m := connectMember(t, s, client)
+			// Puts until the power goes (or 300 of them).
+			for i := 0; m != nil && i < 300 && !ffs.Crashed(); i++ {
+				k, v := fmt.Sprintf("k%03d", rng.IntN(200)), fmt.Sprintf("c%d-%d", cycle, i)
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				resp, err := m.kv.Put(ctx, &pb.PutRequest{Key: []byte(k), Value: []byte(v)})
+				cancel()
+				log.record(k, v, resp, err)
+				if err != nil {
+					break
 				}
-				if m != nil {
-					m.conn.Close()
-				}
+			}
+			if m != nil {
+				m.conn.Close()
 			}
 			_ = s.Stop()
 		}
-		plfs.Crash()
-		if _, _, err := plfs.Recover(); err != nil {
-			t.Fatalf("cycle %d: recover: %v", cycle, err)
-		}
+		pc.cut(t, cycle)
 		// The reboot: the member must start on what the disk kept.
 		m := startWithArgs(t, args, client)
 		rr, err := m.kv.Range(context.Background(), &pb.RangeRequest{Key: []byte("k"), RangeEnd: []byte("l")})
@@ -205,33 +238,17 @@ func TestClusterPowerLossCycles(t *testing.T) {
 	log := newAckLog()
 	c.stopAll()
 	for cycle := 0; cycle < cycles; cycle++ {
-		plfs := vfs.NewPowerLossFS(vfs.Default)
-		var n atomic.Int64
 		crashAt := int64(200 + rng.IntN(3000))
-		ffs := vfs.NewFaultFS(plfs, func(ev vfs.Event) *vfs.Fault {
-			if n.Add(1) == crashAt {
-				return &vfs.Fault{Crash: true}
-			}
-			return nil
-		})
+		pc := newPowerCut(crashAt)
+		ffs := pc.fs
 		swap.set(ffs)
 		// Start the members without failing on the cut: it may come
 		// during the start.
 		var servers []*Server
 		for _, m := range c.members {
-			cfg, err := config.Parse(m.args, nil, io.Discard)
-			if err != nil {
-				t.Fatal(err)
+			if s := serveOn(t, m.args, c.hooks); s != nil {
+				servers = append(servers, s)
 			}
-			s, err := newServer(cfg, nil, c.hooks)
-			if err != nil {
-				continue
-			}
-			if err := s.Serve(); err != nil {
-				_ = s.Stop()
-				continue
-			}
-			servers = append(servers, s)
 		}
 		var clients []*testMember
 		for i, s := range servers {
@@ -253,10 +270,7 @@ func TestClusterPowerLossCycles(t *testing.T) {
 		for _, s := range servers {
 			_ = s.Stop()
 		}
-		plfs.Crash()
-		if _, _, err := plfs.Recover(); err != nil {
-			t.Fatalf("cycle %d: recover: %v", cycle, err)
-		}
+		pc.cut(t, cycle)
 		// The reboot, on the real disks: the cluster must come back with
 		// every acknowledged put.
 		swap.set(vfs.Default)
@@ -302,25 +316,11 @@ func TestPowerLossDuringMaintenance(t *testing.T) {
 	val := strings.Repeat("v", 2000)
 	for cycle := 0; cycle < cycles; cycle++ {
 		mode := []string{"compaction", "defrag"}[cycle%2]
-		plfs := vfs.NewPowerLossFS(vfs.Default)
-		var n, crashAt atomic.Int64
-		crashAt.Store(1 << 62)
-		ffs := vfs.NewFaultFS(plfs, func(ev vfs.Event) *vfs.Fault {
-			if n.Add(1) == crashAt.Load() {
-				return &vfs.Fault{Crash: true}
-			}
-			return nil
-		})
-		cfg, err := config.Parse(args, nil, io.Discard)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := newServer(cfg, nil, storageHooks{walFS: ffs, dbFS: ffs})
-		if err != nil {
-			t.Fatalf("cycle %d: start before any cut: %v", cycle, err)
-		}
-		if err := s.Serve(); err != nil {
-			t.Fatal(err)
+		pc := newPowerCut(1 << 62) // armed when the operation starts
+		ffs := pc.fs
+		s := serveOn(t, args, storageHooks{walFS: ffs, dbFS: ffs})
+		if s == nil {
+			t.Fatalf("cycle %d: the member did not start, and no cut was armed", cycle)
 		}
 		m := connectMember(t, s, client)
 		if m == nil {
@@ -350,8 +350,8 @@ func TestPowerLossDuringMaintenance(t *testing.T) {
 				t.Fatalf("cycle %d: compaction before the defrag: %v", cycle, err)
 			}
 		}
-		before := n.Load()
-		crashAt.Store(before + 1 + rng.Int64N(opOps[mode]+opOps[mode]/4+1))
+		before := pc.n.Load()
+		pc.at.Store(before + 1 + rng.Int64N(opOps[mode]+opOps[mode]/4+1))
 		var opErr error
 		if mode == "compaction" {
 			_, opErr = m.kv.Compact(ctx, &pb.CompactionRequest{Revision: rev, Physical: true})
@@ -362,7 +362,7 @@ func TestPowerLossDuringMaintenance(t *testing.T) {
 		if ffs.Crashed() && opErr != nil {
 			cutInside[mode]++
 		} else if !ffs.Crashed() {
-			opOps[mode] = max(n.Load()-before, 2)
+			opOps[mode] = max(pc.n.Load()-before, 2)
 		}
 		for i := 150; i < 250 && !ffs.Crashed(); i++ {
 			if put(i) != nil {
@@ -371,16 +371,13 @@ func TestPowerLossDuringMaintenance(t *testing.T) {
 		}
 		m.conn.Close()
 		_ = s.Stop()
-		plfs.Crash()
-		if _, _, err := plfs.Recover(); err != nil {
-			t.Fatalf("cycle %d: recover: %v", cycle, err)
-		}
+		pc.cut(t, cycle)
 		r := startWithArgs(t, args, client)
 		rr, err := r.kv.Range(context.Background(), &pb.RangeRequest{Key: []byte("k"), RangeEnd: []byte("l")})
 		if err != nil {
 			t.Fatalf("cycle %d: range after the power loss: %v", cycle, err)
 		}
-		log.verify(t, cycle, crashAt.Load(), rr)
+		log.verify(t, cycle, pc.at.Load(), rr)
 		r.stop(t)
 	}
 	t.Logf("POWER-LOSS maintenance: %d cycles, cut inside the operation: compaction %d, defrag %d (the rest just after it); %d puts acknowledged, 0 lost, revision never went back (%d)",
@@ -452,30 +449,13 @@ func TestMemberPowerLossInCluster(t *testing.T) {
 	for cycle := 0; cycle < cycles; cycle++ {
 		victim := c.members[rng.IntN(3)]
 		c.stop(victim)
-		plfs := vfs.NewPowerLossFS(vfs.Default)
-		var n atomic.Int64
 		crashAt := int64(50 + rng.IntN(1500))
-		ffs := vfs.NewFaultFS(plfs, func(ev vfs.Event) *vfs.Fault {
-			if n.Add(1) == crashAt {
-				return &vfs.Fault{Crash: true}
-			}
-			return nil
-		})
+		pc := newPowerCut(crashAt)
+		ffs := pc.fs
 		route.route(victim.dir, ffs)
 		// The victim starts on the power-loss FS (the cut may come during
 		// the start); the writer uses every member that serves.
-		var vs *Server
-		cfg, err := config.Parse(victim.args, nil, io.Discard)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s, err := newServer(cfg, nil, c.hooks); err == nil {
-			if s.Serve() == nil {
-				vs = s
-			} else {
-				_ = s.Stop()
-			}
-		}
+		vs := serveOn(t, victim.args, c.hooks)
 		var clients []*testMember
 		for _, m := range c.members {
 			if m != victim {
@@ -512,10 +492,7 @@ func TestMemberPowerLossInCluster(t *testing.T) {
 			}
 			_ = vs.Stop()
 		}
-		plfs.Crash()
-		if _, _, err := plfs.Recover(); err != nil {
-			t.Fatalf("cycle %d: recover: %v", cycle, err)
-		}
+		pc.cut(t, cycle)
 		// The victim reboots on what its disk kept, and catches up.
 		route.route(victim.dir, vfs.Default)
 		c.start(victim)
