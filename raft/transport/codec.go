@@ -105,16 +105,26 @@ type frameBuf struct{ b []byte }
 
 const frameBufKeep = 64 << 10
 
-// read reads the next n bytes of r. A frame larger than frameBufKeep is
-// read into a buffer that grows with what arrives, so a length prefix
-// (up to the limit) that no data follows costs no allocation of its size.
+// frameGrowStep bounds what a large frame's buffer grows by before the
+// bytes to fill it have arrived.
+const frameGrowStep = 4 << 20
+
+// read reads the next n bytes of r. A frame larger than frameBufKeep gets
+// a buffer of its own, allocated at once up to frameGrowStep (a real
+// frame, up to a few MiB, costs one allocation) and grown by at most that
+// step as the data arrives, so a length prefix (up to the limit) that no
+// data follows costs no allocation of its size.
 func (f *frameBuf) read(r io.Reader, n uint64) ([]byte, error) {
 	if n > frameBufKeep {
-		b, err := io.ReadAll(io.LimitReader(r, int64(n)))
-		if err == nil && uint64(len(b)) < n {
-			err = io.ErrUnexpectedEOF
+		b := make([]byte, 0, min(n, frameGrowStep))
+		for uint64(len(b)) < n {
+			k := min(n-uint64(len(b)), frameGrowStep)
+			b = append(b, make([]byte, k)...)
+			if _, err := io.ReadFull(r, b[uint64(len(b))-k:]); err != nil {
+				return nil, err
+			}
 		}
-		return b, err
+		return b, nil
 	}
 	if uint64(cap(f.b)) < n {
 		f.b = make([]byte, max(n, 4<<10))
