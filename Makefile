@@ -187,8 +187,8 @@ scale-long: build e2e-bin testguard
 # compaction or an online defrag (make test runs 40, 8, 8 and 12).
 # POWER-LOSS lines give the counts.
 powerloss-long: testguard
-	set -o pipefail && STRATA_POWERLOSS_CYCLES=200 STRATA_POWERLOSS_CLUSTER_CYCLES=100 STRATA_POWERLOSS_MAINT_CYCLES=60 STRATA_POWERLOSS_MEMBER_CYCLES=60 $(GO) test -json -count=1 -timeout 30m -run '^(TestPowerLossCycles|TestClusterPowerLossCycles|TestPowerLossDuringMaintenance|TestMemberPowerLossInCluster)$$' ./pagestore/ ./wal/ ./server/ | \
-		$(GUARD) -show '^(--- |    --- )|POWER-LOSS'
+	set -o pipefail && STRATA_POWERLOSS_CYCLES=200 STRATA_POWERLOSS_CLUSTER_CYCLES=100 STRATA_POWERLOSS_MAINT_CYCLES=60 STRATA_POWERLOSS_MEMBER_CYCLES=60 STRATA_POWERLOSS_INSTALL_CYCLES=40 STRATA_SNAPSHOT_MATRIX_CASES=1000 $(GO) test -json -count=1 -timeout 30m -run '^(TestPowerLossCycles|TestClusterPowerLossCycles|TestPowerLossDuringMaintenance|TestMemberPowerLossInCluster|TestPowerLossDuringSnapshotInstall|TestReceivedSnapshotCorruptionMatrix)$$' ./pagestore/ ./wal/ ./server/ | \
+		$(GUARD) -show '^(--- |    --- )|POWER-LOSS|CORRUPTION'
 
 # Long robustness runs, outside `make test`.
 robustness: fulldisk-long linearizability-long slow-follower scale-long powerloss-long

@@ -49,9 +49,21 @@ func (i *Image) WriteTo(w io.Writer) (int64, error) { return i.tx.WriteTo(w) }
 // Close ends the read transaction.
 func (i *Image) Close() error { return i.tx.Rollback() }
 
-// ImageIndex opens a received page-store image read-only, checks that it
-// is one, and returns the consistent index it holds.
+// ImageIndex checks every page of a received page-store image (read-only),
+// checks that it is a Strata state, and returns the consistent index it
+// holds. A damaged image is refused with pagestore.ErrCorrupt, naming the
+// file and the offsets.
 func ImageIndex(path string) (uint64, error) {
+	// Every page is checked first: an image with a damaged page must not
+	// become the member's state, where the damage would surface only when
+	// a read reached that page.
+	rep, err := pagestore.CheckFile(path, nil)
+	if err != nil {
+		return 0, err
+	}
+	if err := rep.Err(); err != nil {
+		return 0, err
+	}
 	db, err := pagestore.Open(path, &pagestore.Options{ReadOnly: true})
 	if err != nil {
 		return 0, err

@@ -123,8 +123,11 @@
 //   - after the marker and before the rename of 4 is durable, the state is
 //     behind the WAL's snapshot (its consistent index is below S), which
 //     Start refuses for any other reason; here ImagePath(S) exists, and
-//     Start finishes the install by calling Restore with it before it
-//     reads the log;
+//     Start checks it again (StateMachine.CheckImage: every page) and
+//     finishes the install by calling Restore with it before it reads the
+//     log. An image damaged while it waited is refused, naming the file
+//     and the damage: the entries up to S are no longer in the log, so
+//     the member must be removed and added again;
 //   - after the rename, the state's consistent index is exactly S, the
 //     index of the WAL's last marker, so the check that refuses a WAL
 //     behind the state (walcheck.go) passes; nothing had to be replayed.

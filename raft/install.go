@@ -197,6 +197,17 @@ func (n *Node) finishInstall(snap wal.Snapshot, ci uint64) error {
 		return fmt.Errorf("raft: failed to find database snapshot file (%v): the state machine is at index %d, behind the WAL's snapshot at %d, and the snapshot's image %s is missing (%v): the data directory is damaged",
 			ErrNoImage, ci, snap.Index, p, err)
 	}
+	// The image waited on disk through the crash: check it again. The
+	// WAL's marker means the entries it covers are no longer in the log,
+	// so a damaged image cannot be replaced from here.
+	got, err := n.sm.CheckImage(p)
+	if err == nil && got != snap.Index {
+		err = fmt.Errorf("it holds index %d", got)
+	}
+	if err != nil {
+		return fmt.Errorf("raft: the received snapshot image %s, which the WAL's snapshot at %d needs to finish its install, is damaged: %w; "+
+			"this member cannot recover it: remove the member from the cluster, delete its data directory and add it again", p, snap.Index, err)
+	}
 	n.log.Info("finishing the install of a received snapshot that a restart interrupted", "index", snap.Index, "image", p)
 	return n.sm.Restore(SnapshotMeta{Index: snap.Index, Term: snap.Term, ConfState: snap.ConfState}, p)
 }

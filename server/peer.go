@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
@@ -63,6 +64,8 @@ type peers struct {
 
 	listeners []net.Listener
 	srvs      []*http.Server
+	// serving is set by serve, once the node exists.
+	serving atomic.Bool
 }
 
 // newPeers creates the transport; start adds the peers and serves.
@@ -90,6 +93,9 @@ func newPeers(s *Server) (*peers, error) {
 		ClientTLS: clientTLS,
 		LocalAddr: local,
 		Logger:    s.lg,
+		// Received images become the page store: they are written on its
+		// file system (tests inject faults there).
+		FS: s.dbFS,
 		// etcd dials a peer for up to 1 s plus the election timeout.
 		DialTimeout: dial,
 	})
@@ -141,6 +147,7 @@ func (p *peers) listen() error {
 // serve adds every other member as a peer and serves the peer port.
 func (p *peers) serve() {
 	s := p.s
+	p.serving.Store(true)
 	p.syncMembers()
 	h := transport.NewPeerHandler(transport.PeerHandlerConfig{
 		Transport: p.tr,
@@ -163,8 +170,15 @@ func (p *peers) serve() {
 }
 
 // syncMembers makes the transport's peers the current members (but
-// this one). Called at start and after each applied membership change.
+// this one). Called by serve, and after each applied membership change
+// or installed snapshot. Before serve it does nothing: raft.Start may
+// apply conf changes (replaying the WAL) or finish an install before it
+// returns the node, and a peer added then could deliver messages to a
+// node the server does not have yet.
 func (p *peers) syncMembers() {
+	if !p.serving.Load() {
+		return
+	}
 	s := p.s
 	for _, m := range s.members.List() {
 		if m.ID == s.id {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/strata-db/strata/internal/poll"
 	"github.com/strata-db/strata/internal/testseed"
+	"github.com/strata-db/strata/raft"
 	"github.com/strata-db/strata/server/config"
 	"github.com/strata-db/strata/vfs"
 )
@@ -92,13 +94,22 @@ type powerCut struct {
 	pl    *vfs.PowerLossFS
 	fs    *vfs.FaultFS
 	n, at atomic.Int64
+	// watch, if set, sees every operation (with its number) before the
+	// cut is decided, and may move the cut (at).
+	watch func(ev vfs.Event, n int64)
 }
 
-func newPowerCut(at int64) *powerCut {
-	c := &powerCut{pl: vfs.NewPowerLossFS(vfs.Default)}
+func newPowerCut(at int64) *powerCut { return newWatchedPowerCut(at, nil) }
+
+func newWatchedPowerCut(at int64, watch func(ev vfs.Event, n int64)) *powerCut {
+	c := &powerCut{pl: vfs.NewPowerLossFS(vfs.Default), watch: watch}
 	c.at.Store(at)
 	c.fs = vfs.NewFaultFS(c.pl, func(ev vfs.Event) *vfs.Fault {
-		if c.n.Add(1) == c.at.Load() {
+		n := c.n.Add(1)
+		if c.watch != nil {
+			c.watch(ev, n)
+		}
+		if n == c.at.Load() {
 			return &vfs.Fault{Crash: true}
 		}
 		return nil
@@ -497,28 +508,167 @@ func TestMemberPowerLossInCluster(t *testing.T) {
 		route.route(victim.dir, vfs.Default)
 		c.start(victim)
 		c.waitReady(victim)
-		lead := c.leader()
-		rr, err := lead.kv.Range(ctxT(t), &pb.RangeRequest{Key: []byte("k"), RangeEnd: []byte("l")})
-		if err != nil {
-			t.Fatalf("cycle %d: range: %v", cycle, err)
-		}
-		log.verify(t, cycle, crashAt, rr)
-		poll.Until(t, victim.name+" to catch up after its power loss", func() bool {
-			return victim.s.kv.Rev() >= rr.Header.Revision
-		})
-		vr, err := victim.kv.Range(ctxT(t), &pb.RangeRequest{Key: []byte("k"), RangeEnd: []byte("l"), Serializable: true, Revision: rr.Header.Revision})
-		if err != nil {
-			t.Fatalf("cycle %d: range on %s: %v", cycle, victim.name, err)
-		}
-		if len(vr.Kvs) != len(rr.Kvs) {
-			t.Fatalf("cycle %d: %s has %d keys at revision %d, the leader %d", cycle, victim.name, len(vr.Kvs), rr.Header.Revision, len(rr.Kvs))
-		}
-		for i := range rr.Kvs {
-			if string(vr.Kvs[i].Value) != string(rr.Kvs[i].Value) || vr.Kvs[i].ModRevision != rr.Kvs[i].ModRevision {
-				t.Fatalf("cycle %d: %s differs from the leader at %s", cycle, victim.name, rr.Kvs[i].Key)
-			}
-		}
+		rebootedMatches(t, c, victim, log, cycle, crashAt)
 	}
 	t.Logf("POWER-LOSS member-in-cluster: %d cycles (the cut member led when its power went %d times), %d puts acknowledged, 0 lost; the member started and caught up every time",
 		cycles, leaders, log.puts)
+}
+
+// rebootedMatches checks a cluster member that rebooted after its power
+// loss: the leader holds every acknowledged put and no revision went back
+// (log.verify), and the member catches up and holds the leader's keys at
+// the leader's revision, value and mod revision alike.
+func rebootedMatches(t *testing.T, c *testCluster, victim *clusterMember, log *ackLog, cycle int, crashAt int64) {
+	t.Helper()
+	lead := c.leader()
+	rr, err := lead.kv.Range(ctxT(t), &pb.RangeRequest{Key: []byte("k"), RangeEnd: []byte("l")})
+	if err != nil {
+		t.Fatalf("cycle %d: range: %v", cycle, err)
+	}
+	log.verify(t, cycle, crashAt, rr)
+	poll.Until(t, victim.name+" to catch up after its power loss", func() bool {
+		return victim.s.kv.Rev() >= rr.Header.Revision
+	})
+	vr, err := victim.kv.Range(ctxT(t), &pb.RangeRequest{Key: []byte("k"), RangeEnd: []byte("l"), Serializable: true, Revision: rr.Header.Revision})
+	if err != nil {
+		t.Fatalf("cycle %d: range on %s: %v", cycle, victim.name, err)
+	}
+	if len(vr.Kvs) != len(rr.Kvs) {
+		t.Fatalf("cycle %d: %s has %d keys at revision %d, the leader %d", cycle, victim.name, len(vr.Kvs), rr.Header.Revision, len(rr.Kvs))
+	}
+	for i := range rr.Kvs {
+		if string(vr.Kvs[i].Value) != string(rr.Kvs[i].Value) || vr.Kvs[i].ModRevision != rr.Kvs[i].ModRevision {
+			t.Fatalf("cycle %d: %s differs from the leader at %s", cycle, victim.name, rr.Kvs[i].Key)
+		}
+	}
+}
+
+// installPhases names the steps of a follower's snapshot install, in
+// order, by the operation that ends each (see raft's package doc,
+// "Installing a leader's snapshot"):
+//   - receive: the transport writes the image to a temporary file and
+//     fsyncs it; it ends with the rename to the received name;
+//   - step: the directory sync, then raft steps the snapshot; it ends
+//     with the rename to the image's final name;
+//   - marker: the directory sync and the WAL's snapshot marker (written,
+//     fdatasync'd); it ends with the rename of the image over the page
+//     store;
+//   - restore: the directory sync that makes the page store the image;
+//   - after: the member runs on the installed state.
+var installPhases = []string{"receive", "step", "marker", "restore", "after"}
+
+// TestPowerLossDuringSnapshotInstall is issue 22 item 1 at the named
+// point "while a received snapshot is installed": a follower that fell
+// behind the leader's log restarts on a power-loss FS and must install
+// the leader's snapshot; the cut is armed by the first write of the
+// received image and falls a random number of I/O operations into the
+// install (drawn within the operations the last uncut install took). The
+// member reboots on what its disk kept, must start, catch up and match
+// the leader, and no acknowledged put is lost. Prints how many cuts fell
+// in each phase of the install. STRATA_POWERLOSS_INSTALL_CYCLES sets the
+// cycles (default 6; make powerloss-long runs 40).
+func TestPowerLossDuringSnapshotInstall(t *testing.T) {
+	seed := testseed.Seed(t)
+	rng := rand.New(rand.NewPCG(seed, seed^0x51f15e37a0d3c2b9))
+	cycles := 6
+	if v := os.Getenv("STRATA_POWERLOSS_INSTALL_CYCLES"); v != "" {
+		fmt.Sscan(v, &cycles)
+	}
+	route := newRouteFS()
+	c := newTestClusterHooked(t, 3, storageHooks{walFS: route, dbFS: route}, "--snapshot-count=40", "--snapshot-catchup-entries=10")
+	log := newAckLog()
+	phaseCuts := map[string]int{}
+	installs := 0
+	span := int64(40) // operations from the image's first write to the install's end; learned
+	val := strings.Repeat("v", 500)
+	for cycle := 0; cycle < cycles; cycle++ {
+		lead := c.leader()
+		fs := c.followers()
+		victim := fs[rng.IntN(len(fs))]
+		c.stop(victim)
+		// Far enough past the victim that the leader's log no longer
+		// holds its next entry: it can only catch up by a snapshot.
+		for i := 0; i < 150; i++ {
+			k, v := fmt.Sprintf("k%03d", rng.IntN(100)), fmt.Sprintf("c%d-%d-%s", cycle, i, val)
+			resp, err := lead.kv.Put(ctxT(t), &pb.PutRequest{Key: []byte(k), Value: []byte(v)})
+			log.record(k, v, resp, err)
+			if err != nil {
+				t.Fatalf("cycle %d: put while %s is down: %v", cycle, victim.name, err)
+			}
+		}
+		var (
+			mu          sync.Mutex
+			phase       = -1 // index in installPhases once armed
+			armedAt     int64
+			cutPhase    string
+			installDone bool
+		)
+		offset := 1 + rng.Int64N(span+span/4)
+		snapDir := filepath.Join(victim.dir, "member", "snap")
+		var pc *powerCut
+		pc = newWatchedPowerCut(1<<62, func(ev vfs.Event, n int64) {
+			mu.Lock()
+			defer mu.Unlock()
+			base := filepath.Base(ev.Path)
+			switch {
+			case phase < 0 && ev.Op == vfs.OpOpen && strings.HasPrefix(base, "recv-") && filepath.Dir(ev.Path) == snapDir:
+				phase, armedAt = 0, n
+				pc.at.Store(n + offset)
+			case phase == 0 && ev.Op == vfs.OpRename && strings.Contains(base, ".tmp-"):
+				phase = 1
+			case phase == 1 && ev.Op == vfs.OpRename && strings.HasSuffix(base, raft.ImagePartSuffix):
+				phase = 2
+			case phase == 2 && ev.Op == vfs.OpRename && strings.HasSuffix(base, ".snap.db"):
+				phase = 3
+			case phase == 3 && ev.Op == vfs.OpSyncDir:
+				phase = 4
+				installDone = true
+				if n < pc.at.Load() {
+					span = n - armedAt + 1
+				}
+			}
+			if n == pc.at.Load() {
+				cutPhase = installPhases[phase]
+				if phase == 3 && ev.Op == vfs.OpSyncDir {
+					cutPhase = "restore"
+				}
+			}
+		})
+		route.route(victim.dir, pc.fs)
+		vs := serveOn(t, victim.args, c.hooks)
+		if vs == nil {
+			t.Fatalf("cycle %d: %s did not start, and no cut was armed yet", cycle, victim.name)
+		}
+		poll.Until(t, victim.name+" to be cut or to finish its install", func() bool {
+			mu.Lock()
+			done := installDone
+			mu.Unlock()
+			return pc.fs.Crashed() || done
+		})
+		mu.Lock()
+		if armedAt == 0 {
+			mu.Unlock()
+			t.Fatalf("cycle %d: %s caught up without a snapshot; its log:\n%s", cycle, victim.name, victim.logText())
+		}
+		if cutPhase == "" {
+			cutPhase = "after"
+		}
+		phaseCuts[cutPhase]++
+		if installDone {
+			installs++
+		}
+		mu.Unlock()
+		_ = vs.Stop()
+		pc.cut(t, cycle)
+		route.route(victim.dir, vfs.Default)
+		c.start(victim)
+		c.waitReady(victim)
+		rebootedMatches(t, c, victim, log, cycle, pc.at.Load())
+	}
+	var parts []string
+	for _, p := range installPhases {
+		parts = append(parts, fmt.Sprintf("%s %d", p, phaseCuts[p]))
+	}
+	t.Logf("POWER-LOSS snapshot install: %d cycles, cut during the install's phases: %s (%d installs finished before their cut); %d puts acknowledged, 0 lost; the member started, caught up and matched the leader every time",
+		cycles, strings.Join(parts, ", "), installs, log.puts)
 }
