@@ -24,16 +24,25 @@ import (
 // sees a deleted key come back to life. On open, a scheduled revision above
 // the finished one resumes step 2, which is idempotent.
 
-// compactPause separates delete batches so compaction never holds the
-// write path for long (etcd waits 10 ms too).
-const compactPause = 10 * time.Millisecond
+// The store's compactPause (--compaction-sleep-interval, 10 ms as in
+// etcd) separates delete batches so compaction never holds the write path
+// for long.
+
+// compactJob is one compaction to run: its revision, the compact
+// revision before it, and whether the compaction before it had finished
+// when this one was applied (only then does its hash cover every revision
+// since that one, and only then is the hash stored, as etcd does).
+type compactJob struct {
+	rev, prev int64
+	storeHash bool
+}
 
 type compactor struct {
 	s *Store
 
 	mu      sync.Mutex
-	queue   []int64 // revisions waiting, ascending
-	busy    bool    // a revision is being compacted
+	queue   []compactJob // waiting, ascending by revision
+	busy    bool         // a revision is being compacted
 	idlers  []chan struct{}
 	waiters map[int64][]chan struct{} // closed when the revision is done
 	kick    chan struct{}
@@ -50,10 +59,11 @@ func newCompactor(s *Store) *compactor {
 
 // schedule queues rev and returns a channel closed once its records are
 // gone from the page store.
-func (c *compactor) schedule(rev int64) <-chan struct{} {
+func (c *compactor) schedule(job compactJob) <-chan struct{} {
+	rev := job.rev
 	ch := make(chan struct{})
 	c.mu.Lock()
-	c.queue = append(c.queue, rev)
+	c.queue = append(c.queue, job)
 	c.waiters[rev] = append(c.waiters[rev], ch)
 	c.mu.Unlock()
 	select {
@@ -99,11 +109,12 @@ func (c *compactor) run() {
 				c.mu.Unlock()
 				break
 			}
-			rev := c.queue[0]
+			job := c.queue[0]
+			rev := job.rev
 			c.queue = c.queue[1:]
 			c.busy = true
 			c.mu.Unlock()
-			if !c.compact(rev) {
+			if !c.compact(job) {
 				return // stopped; the scheduled revision resumes on open
 			}
 			c.mu.Lock()
@@ -127,8 +138,11 @@ func (c *compactor) run() {
 	}
 }
 
-// compact runs step 2 and 3 for rev. It returns false if stopped.
-func (c *compactor) compact(rev int64) bool {
+// compact runs step 2 and 3 for the job, hashing every record at or
+// below its revision on the way (etcd's compaction hash, stored when the
+// job says so). It returns false if stopped.
+func (c *compactor) compact(job compactJob) bool {
+	rev := job.rev
 	s := c.s
 	start := time.Now()
 	m := s.metrics
@@ -149,13 +163,14 @@ func (c *compactor) compact(rev int64) bool {
 		s.log.Error("compaction: commit before deleting failed", "revision", rev, "error", err)
 	}
 	from := Revision{}
+	h := newRevHasher(job.prev, rev, keep)
 	for {
 		select {
 		case <-c.stopc:
 			return false
 		default:
 		}
-		keys, next, more, err := c.nextBatch(from, rev, keep)
+		keys, next, more, err := c.nextBatch(from, rev, keep, h)
 		if err != nil {
 			s.log.Error("compaction: scan failed", "revision", rev, "error", err)
 			return true
@@ -182,7 +197,7 @@ func (c *compactor) compact(rev int64) bool {
 		}
 		from = next
 		select {
-		case <-time.After(compactPause):
+		case <-time.After(s.compactPause):
 		case <-c.stopc:
 			return false
 		}
@@ -193,21 +208,30 @@ func (c *compactor) compact(rev int64) bool {
 	if err := s.be.ForceCommit(); err != nil {
 		s.log.Error("compaction: commit of finished revision failed", "revision", rev, "error", err)
 	}
-	s.log.Info("finished scheduled compaction", "compact-revision", rev, "deleted-records", deleted, "took", time.Since(start))
+	s.finishedRev.Store(rev)
+	hash := h.sum()
+	s.log.Info("finished scheduled compaction", "compact-revision", rev, "deleted-records", deleted, "hash", hash.Hash, "took", time.Since(start))
+	if job.storeHash {
+		s.hashes.store(hash)
+		s.log.Info("storing new hash", "hash", hash.Hash, "revision", hash.Revision, "compact-revision", hash.CompactRevision)
+	} else {
+		s.log.Info("previous compaction was interrupted, skip storing compaction hash value", "compact-revision", rev)
+	}
 	return true
 }
 
 // nextBatch returns up to CompactBatch record keys at or below rev that
-// keep does not hold, starting at from, in revision order.
-func (c *compactor) nextBatch(from Revision, rev int64, keep map[Revision]struct{}) (keys [][]byte, next Revision, more bool, err error) {
+// keep does not hold, starting at from, in revision order. Every record it
+// passes (kept or not) goes to h, once.
+func (c *compactor) nextBatch(from Revision, rev int64, keep map[Revision]struct{}, h *revHasher) (keys [][]byte, next Revision, more bool, err error) {
 	rd, err := c.s.be.BeginRead()
 	if err != nil {
 		return nil, from, false, err
 	}
 	defer rd.Close()
 	cur := rd.kb.Cursor()
-	for k, _ := cur.Seek(revKey(from, false)); k != nil; k, _ = cur.Next() {
-		r, _, err := parseRevKey(k)
+	for k, v := cur.Seek(revKey(from, false)); k != nil; k, v = cur.Next() {
+		r, tomb, err := parseRevKey(k)
 		if err != nil {
 			return nil, from, false, err
 		}
@@ -217,6 +241,7 @@ func (c *compactor) nextBatch(from Revision, rev int64, keep map[Revision]struct
 		if len(keys) >= c.s.compactBatch {
 			return keys, r, true, nil
 		}
+		h.add(r, tomb, k, v)
 		if _, ok := keep[r]; !ok {
 			keys = append(keys, append([]byte(nil), k...))
 		}
@@ -237,15 +262,26 @@ func (s *Store) Compact(ci, term uint64, r *pb.CompactionRequest) (*pb.Compactio
 		s.skip(ci, term)
 		return nil, nil, ErrFutureRev
 	}
+	prev := s.compactRev.Load()
 	w := s.be.BeginWrite()
 	w.Put(MetaBucket, metaScheduledCompact, revKey(Revision{Main: rev}, false))
 	w.End(ci, term)
 	s.compactRev.Store(rev)
-	done := s.compactor.schedule(rev)
+	done := s.compactor.schedule(compactJob{rev: rev, prev: prev, storeHash: prev == s.finishedRev.Load()})
 	if s.metrics != nil {
 		// etcd answers a compaction with the revision it reads through a
 		// one-key range, which its range counter sees; count it the same.
 		s.metrics.Range.Inc()
 	}
 	return &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: s.rev.Load()}}, done, nil
+}
+
+// resumeCompaction schedules, at open or after a restore, the compaction
+// a stop interrupted (scheduled above finished). Its hash is not stored:
+// the deletions before the stop were not hashed.
+func (s *Store) resumeCompaction(scheduled, finished int64) {
+	if scheduled > finished {
+		s.log.Info("resuming interrupted compaction", "scheduled", scheduled, "finished", finished)
+		s.compactor.schedule(compactJob{rev: scheduled, prev: finished})
+	}
 }

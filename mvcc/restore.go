@@ -82,10 +82,7 @@ func (s *Store) Restore() error {
 	if err != nil {
 		return err
 	}
-	if scheduled > finished {
-		s.log.Info("resuming interrupted compaction", "scheduled", scheduled, "finished", finished)
-		s.compactor.schedule(scheduled)
-	}
+	s.resumeCompaction(scheduled, finished)
 	return nil
 }
 

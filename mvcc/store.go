@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/protobuf/proto"
@@ -51,6 +52,9 @@ type StoreConfig struct {
 	// CompactBatch is how many revision records a compaction deletes per
 	// commit (default 1000).
 	CompactBatch int
+	// CompactPause separates a compaction's delete batches (default 10
+	// ms, etcd's --compaction-sleep-interval).
+	CompactPause time.Duration
 	// Metrics receives the store's and the watchable store's figures; nil
 	// records nothing.
 	Metrics *Metrics
@@ -71,6 +75,7 @@ type Store struct {
 	leases       Leases
 	events       func(int64, []Event)
 	compactBatch int
+	compactPause time.Duration
 	metrics      *Metrics
 
 	// rev is the current revision, published after each write txn.
@@ -79,6 +84,11 @@ type Store struct {
 	// It is published before the index is compacted, so a read that
 	// still sees the old value afterwards knows its result is whole.
 	compactRev atomic.Int64
+	// finishedRev is the revision of the last compaction whose deletion
+	// finished (-1: none); a compaction applied while the one before it
+	// is unfinished stores no hash (see compactHashes).
+	finishedRev atomic.Int64
+	hashes      compactHashes
 
 	// keyLeases remembers the lease of each live key so a put can detach
 	// the old lease. Owned by the apply goroutine.
@@ -96,9 +106,12 @@ func OpenStore(be *Backend, cfg StoreConfig) (*Store, error) {
 	if cfg.CompactBatch <= 0 {
 		cfg.CompactBatch = 1000
 	}
+	if cfg.CompactPause <= 0 {
+		cfg.CompactPause = 10 * time.Millisecond
+	}
 	s := &Store{
 		be: be, log: cfg.Logger, leases: cfg.Leases,
-		events: cfg.OnEvents, compactBatch: cfg.CompactBatch, metrics: cfg.Metrics,
+		events: cfg.OnEvents, compactBatch: cfg.CompactBatch, compactPause: cfg.CompactPause, metrics: cfg.Metrics,
 		keyLeases: map[string]int64{},
 	}
 	s.idx.Store(btreeidx.NewIndex())
@@ -108,10 +121,7 @@ func OpenStore(be *Backend, cfg StoreConfig) (*Store, error) {
 		return nil, err
 	}
 	s.compactor = newCompactor(s)
-	if scheduled > finished {
-		s.log.Info("resuming interrupted compaction", "scheduled", scheduled, "finished", finished)
-		s.compactor.schedule(scheduled)
-	}
+	s.resumeCompaction(scheduled, finished)
 	return s, nil
 }
 
@@ -172,6 +182,7 @@ func (s *Store) restore(idx *btreeidx.Index) (scheduled, finished int64, err err
 	if err != nil {
 		return 0, 0, err
 	}
+	s.finishedRev.Store(finished)
 	if finished >= 0 {
 		s.compactRev.Store(finished)
 	}

@@ -34,6 +34,15 @@ import (
 //     compact revision, or with a different hash at the same compact
 //     revision, raises the CORRUPT alarm for that member (the leader's own
 //     when its two hashes differ), through raft like any alarm.
+//   - the compaction hash check (feature gate CompactHashCheck, or
+//     --experimental-compact-hash-check-enabled; every
+//     --compact-hash-check-time) runs on the leader: each finished
+//     compaction stores the hash of the key space at its revision
+//     (mvcc.Store.Hashes), and the leader asks the peers for their hash at
+//     the newest revisions it has not yet checked. Peers that compacted
+//     from the same compact revision must agree; where they do not, the
+//     members outside the majority hash get the CORRUPT alarm (member 0,
+//     the whole cluster, when no hash has a majority).
 //
 // A raised CORRUPT alarm stops writes cluster-wide (corrupt.go), so a
 // corrupt member's state never spreads: the others keep their data, and
@@ -285,6 +294,130 @@ func (s *Server) periodicCorruptCheck() error {
 	}
 	s.lg.Info("finished peer corruption check", "number-of-peers-checked", checked)
 	return nil
+}
+
+// runCompactHashCheck runs the compaction hash check every
+// --compact-hash-check-time on the leader while its gate is on.
+func (s *Server) runCompactHashCheck() {
+	if !s.cfg.FeatureEnabled(config.FeatureCompactHashCheck) {
+		return
+	}
+	every := s.cfg.CompactHashCheckTime
+	s.lg.Info("enabled compaction hash check", "local-member-id", transport.FormatID(s.id), "interval", every.String())
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-s.stopping:
+			return
+		}
+		if !s.node.IsLeader() {
+			continue
+		}
+		s.compactHashCheck()
+	}
+}
+
+// compactHashCheck is one round of the compaction hash check (etcd's
+// CompactHashCheck): the stored compaction hashes newer than the last
+// revision checked on every member, newest first, until one could be
+// compared with every peer (or raised an alarm).
+func (s *Server) compactHashCheck() {
+	s.lg.Info("starting compact hash check", "local-member-id", transport.FormatID(s.id), "timeout", s.requestTimeout().String())
+	hashes := s.kv.Hashes()
+	checked := 0
+	for i := len(hashes) - 1; i >= 0; i-- {
+		h := hashes[i]
+		if h.Revision <= s.compactChecked.Load() {
+			break
+		}
+		checked++
+		peers := s.peerHashes(h.Revision)
+		if len(peers) == 0 {
+			continue
+		}
+		if s.comparePeerHashes(h, peers) {
+			break
+		}
+	}
+	s.lg.Info("finished compaction hash check", "number-of-hashes-checked", checked)
+}
+
+// comparePeerHashes compares the leader's compaction hash h with the
+// peers' answers for its revision. It reports whether the round is over:
+// every peer agreed (the revision counts as checked), or a mismatch
+// raised alarms. A peer that did not answer, or whose hash is from
+// another compact revision (its compaction was interrupted, or has not
+// finished), is skipped; then the next older hash is tried.
+func (s *Server) comparePeerHashes(h mvcc.KeyValueHash, peers []peerHash) bool {
+	byHash := map[uint32][]uint64{h.Hash: {s.id}}
+	compared := 0
+	for _, p := range peers {
+		reason := ""
+		switch {
+		case p.resp == nil:
+			reason = "no response"
+		case p.resp.CompactRevision != h.CompactRevision:
+			reason = fmt.Sprintf("the peer's compact revision %d is not the leader's %d", p.resp.CompactRevision, h.CompactRevision)
+		}
+		if reason != "" {
+			s.lg.Warn("skipped peer's hash", "number-of-peers", len(peers), "leader-id", transport.FormatID(s.id),
+				"peer-id", transport.FormatID(p.id), "reason", reason)
+			continue
+		}
+		compared++
+		byHash[p.resp.Hash] = append(byHash[p.resp.Hash], p.id)
+	}
+	if len(byHash) == 1 {
+		if compared < len(peers) {
+			s.lg.Warn("skipped revision in compaction hash check; was not able to check all peers",
+				"number-of-peers-checked", compared, "number-of-peers", len(peers), "revision", h.Revision, "compact-revision", h.CompactRevision)
+			return false
+		}
+		s.lg.Info("successfully checked hash on whole cluster", "number-of-peers-checked", compared,
+			"revision", h.Revision, "compact-revision", h.CompactRevision)
+		for {
+			old := s.compactChecked.Load()
+			if h.Revision <= old || s.compactChecked.CompareAndSwap(old, h.Revision) {
+				break
+			}
+		}
+		return true
+	}
+	// A mismatch: the members outside a majority hash are the corrupt
+	// ones. With no majority nobody can tell; the alarm names member 0.
+	quorum := (len(peers)+1)/2 + 1
+	majority, found := uint32(0), false
+	for hv, ids := range byHash {
+		if len(ids) >= quorum {
+			majority, found = hv, true
+			break
+		}
+	}
+	if !found {
+		s.lg.Error("detected compaction hash mismatch but cannot identify the corrupted members, so the alarm names member 0",
+			"leader-id", transport.FormatID(s.id), "leader-revision", h.Revision, "leader-compact-revision", h.CompactRevision, "leader-hash", h.Hash)
+		s.raiseCorruptAlarm(0)
+	}
+	for hv, ids := range byHash {
+		if found && hv == majority {
+			continue
+		}
+		if found {
+			for _, id := range ids {
+				s.raiseCorruptAlarm(id)
+			}
+		}
+		names := make([]string, len(ids))
+		for i, id := range ids {
+			names[i] = transport.FormatID(id)
+		}
+		s.lg.Error("detected compaction hash mismatch", "leader-id", transport.FormatID(s.id), "leader-revision", h.Revision,
+			"leader-compact-revision", h.CompactRevision, "leader-hash", h.Hash, "peer-hash", hv,
+			"peer-ids", strings.Join(names, ","), "quorum-exist", found)
+	}
+	return true
 }
 
 // raiseCorruptAlarm proposes the CORRUPT alarm for member id.

@@ -102,8 +102,9 @@ func (s *Server) Serve() error {
 		go hsrv.Serve(l)
 		s.lg.Info("serving metrics", "address", u.String())
 	}
-	s.bg.Add(5)
+	s.bg.Add(6)
 	go func() { defer s.bg.Done(); s.runCorruptCheck() }()
+	go func() { defer s.bg.Done(); s.runCompactHashCheck() }()
 	go func() { defer s.bg.Done(); s.runIdleTrim() }()
 	go func() { defer s.bg.Done(); s.runLeases() }()
 	go func() { defer s.bg.Done(); s.runAutoCompaction() }()

@@ -63,6 +63,9 @@ type Server struct {
 	members     *membership.Set
 	alarms      *alarms
 	downgrade   downgradeState
+	// compactChecked is the newest compaction revision whose hash the
+	// compaction hash check found equal on every member.
+	compactChecked atomic.Int64
 
 	// db is the page store opened at start. A follower that installs a
 	// leader's image swaps in another (applier.Restore): use s.be.DB()
@@ -224,7 +227,8 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	if err := s.openAuth(); err != nil {
 		return nil, err
 	}
-	s.watch, err = mvcc.NewWatchableStore(s.be, mvcc.StoreConfig{Logger: lg, Leases: s.lessor, Metrics: s.metrics.mvcc},
+	s.watch, err = mvcc.NewWatchableStore(s.be, mvcc.StoreConfig{Logger: lg, Leases: s.lessor, Metrics: s.metrics.mvcc,
+		CompactBatch: cfg.CompactionBatchLimit, CompactPause: cfg.CompactionSleepInterval},
 		mvcc.WatchConfig{ProgressNotifyInterval: cfg.WatchProgressNotifyInterval})
 	if err != nil {
 		return nil, err
