@@ -341,12 +341,8 @@ func verifyAcked(t *testing.T, cli *clientv3.Client, keys []string, valSize int,
 
 func waitCondition(t *testing.T, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := linPoll(timeout, 20*time.Millisecond, what, cond); err != nil {
+		t.Fatal(err)
 	}
 }
 

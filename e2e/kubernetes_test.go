@@ -167,16 +167,11 @@ func TestKubernetesShaped(t *testing.T) {
 	must(err)
 	_, err = cli.Put(ctx, "/registry/events/default/e1", "x", clientv3.WithLease(lg.ID))
 	must(err)
-	expired := false
-	for i := 0; i < 100 && !expired; i++ {
-		time.Sleep(100 * time.Millisecond)
+	waitCondition(t, "the key of the expired lease to go", 10*time.Second, func() bool {
 		g, err := cli.Get(ctx, "/registry/events/default/e1")
 		must(err)
-		expired = len(g.Kvs) == 0
-	}
-	if !expired {
-		t.Fatal("the key of an expired lease is still there after 10s")
-	}
+		return len(g.Kvs) == 0
+	})
 	ttl, err := cli.TimeToLive(ctx, lg.ID)
 	must(err)
 	if ttl.TTL != -1 {

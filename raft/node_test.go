@@ -13,6 +13,7 @@ import (
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/strata-db/strata/internal/poll"
 	"github.com/strata-db/strata/wal"
 )
 
@@ -137,28 +138,19 @@ func startNode(t *testing.T, dir string, sm StateMachine, snapCount uint64) *Nod
 // does (it knows the entry's effect by watching the state machine).
 func proposeAndWait(t *testing.T, n *Node, sm *fileSM, v string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for {
+	poll.UntilNil(t, fmt.Sprintf("the proposal of %q to be accepted", v), func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
 		err := n.Propose(ctx, []byte(v))
-		if err == nil {
-			break
-		}
-		if err != ErrProposalDropped {
+		if err != nil && err != ErrProposalDropped { // dropped: no leader yet
 			t.Fatal(err)
 		}
-		time.Sleep(5 * time.Millisecond) // no leader yet
-	}
-	for {
+		return err
+	})
+	poll.Until(t, fmt.Sprintf("%q to be applied", v), func() bool {
 		d := sm.snapshot()
-		if len(d) > 0 && d[len(d)-1] == v {
-			return
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("%q not applied", v)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return len(d) > 0 && d[len(d)-1] == v
+	})
 }
 
 func TestSingleMemberProposeRestartSnapshot(t *testing.T) {
