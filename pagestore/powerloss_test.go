@@ -6,6 +6,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/strata-db/strata/internal/powercut"
 	"github.com/strata-db/strata/internal/testseed"
 	"github.com/strata-db/strata/vfs"
 )
@@ -29,18 +30,12 @@ func TestPowerLossCycles(t *testing.T) {
 	path := tmpDB(t)
 	acked := map[string]string{} // the state of the last acknowledged commit
 	lost, kept, creates := 0, 0, 0
-	var ops, crashOps int
+	var ops int
+	plan := powerPoints()
 	for cycle := 0; cycle < cycles; cycle++ {
 		plfs := vfs.NewPowerLossFS(vfs.Default)
-		n := 0
-		crashAt := 1 + rng.IntN(60)
-		ffs := vfs.NewFaultFS(plfs, func(ev vfs.Event) *vfs.Fault {
-			n++
-			if n == crashAt {
-				return &vfs.Fault{Crash: true}
-			}
-			return nil
-		})
+		cut := plan.Next(rng, cycle, 60)
+		ffs := vfs.NewFaultFS(plfs, cut.Hook)
 		if _, err := os.Stat(path); err != nil {
 			creates++
 		}
@@ -83,8 +78,8 @@ func TestPowerLossCycles(t *testing.T) {
 			}
 			db.Close()
 		}
-		ops += n
-		crashOps += crashAt
+		ops += cut.Ops()
+		crashAt := cut.At
 		plfs.Crash()
 		if _, _, err := plfs.Recover(); err != nil {
 			t.Fatalf("cycle %d: recover: %v", cycle, err)
@@ -125,8 +120,35 @@ func TestPowerLossCycles(t *testing.T) {
 				cycle, crashAt, len(got), len(acked), len(inflight))
 		}
 	}
-	t.Logf("POWER-LOSS pagestore: %d cycles, cut at operation 1-60 of each (%d operations in all), %d creates; commit in flight at the cut: kept whole %d, lost whole %d; acknowledged commits lost 0",
-		cycles, ops, creates, kept, lost)
+	points, err := plan.Summary()
+	t.Logf("POWER-LOSS pagestore: %d cycles (%d operations in all), %d creates; cuts: %s; commit in flight at the cut: kept whole %d, lost whole %d; acknowledged commits lost 0",
+		cycles, ops, creates, points, kept, lost)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// powerPoints are the named points of a commit where the power-loss test
+// cuts: a data page write (the meta not written yet), the sync of the
+// data pages (the same), the meta write, its sync, and the file's
+// growth. Meta writes are told from page writes by their offset (the
+// two meta pages lead the file, at the default page size).
+func powerPoints() *powercut.Plan {
+	ps := int64(os.Getpagesize())
+	lastMeta := false
+	isMeta := func(ev vfs.Event) bool { return ev.Op == vfs.OpWrite && ev.Off < 2*ps }
+	return &powercut.Plan{Points: []powercut.Point{
+		{Name: "page write before the meta write", Match: func(ev vfs.Event) bool {
+			if ev.Op == vfs.OpWrite {
+				lastMeta = isMeta(ev)
+			}
+			return ev.Op == vfs.OpWrite && !isMeta(ev)
+		}},
+		{Name: "page sync before the meta write", Match: func(ev vfs.Event) bool { return ev.Op == vfs.OpSync && !lastMeta }},
+		{Name: "meta write", Match: isMeta},
+		{Name: "meta sync", Match: func(ev vfs.Event) bool { return ev.Op == vfs.OpSync && lastMeta }},
+		{Name: "file growth", Match: func(ev vfs.Event) bool { return ev.Op == vfs.OpTruncate || ev.Op == vfs.OpPreallocate }},
+	}}
 }
 
 func sameMap(a, b map[string]string) bool {

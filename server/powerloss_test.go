@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/strata-db/strata/internal/poll"
+	"github.com/strata-db/strata/internal/powercut"
 	"github.com/strata-db/strata/internal/testseed"
 	"github.com/strata-db/strata/raft"
 	"github.com/strata-db/strata/server/config"
@@ -175,9 +176,11 @@ func TestPowerLossCycles(t *testing.T) {
 	args, client := memberArgs(t, dir, "--disk-probe=false", "--snapshot-count=50", "--snapshot-catchup-entries=10")
 	log := newAckLog()
 	starts := 0
+	plan := memberPowerPoints()
 	for cycle := 0; cycle < cycles; cycle++ {
-		crashAt := int64(20 + rng.IntN(400))
-		pc := newPowerCut(crashAt)
+		at := plan.Next(rng, cycle, 420)
+		pc := &powerCut{pl: vfs.NewPowerLossFS(vfs.Default)}
+		pc.fs = vfs.NewFaultFS(pc.pl, at.Hook)
 		ffs := pc.fs
 		if s := serveOn(t, args, storageHooks{walFS: ffs, dbFS: ffs}); s != nil {
 			starts++
@@ -205,11 +208,43 @@ func TestPowerLossCycles(t *testing.T) {
 		if err != nil {
 			t.Fatalf("cycle %d: range after the power loss: %v", cycle, err)
 		}
-		log.verify(t, cycle, crashAt, rr)
+		log.verify(t, cycle, int64(at.At), rr)
 		m.stop(t)
 	}
-	t.Logf("POWER-LOSS server: %d cycles (%d started before the cut), %d puts acknowledged, 0 lost, revision never went back (%d at the end); every restart started",
-		cycles, starts, log.puts, log.maxRev)
+	points, err := plan.Summary()
+	t.Logf("POWER-LOSS server: %d cycles (%d started before the cut); cuts: %s; %d puts acknowledged, 0 lost, revision never went back (%d at the end); every restart started",
+		cycles, starts, points, log.puts, log.maxRev)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// memberPowerPoints are the named points where the member power-loss
+// tests cut (in any member's data dir): in the WAL, a record write before its fdatasync, the
+// fdatasync; in the page store, a page write before the meta write, the
+// meta write, and its sync. (Segment rotation and the spare segment's
+// preallocation need a full 64 MiB segment: the WAL's own power-loss
+// test cuts there, with small segments.)
+func memberPowerPoints() *powercut.Plan {
+	walDir := string(filepath.Separator) + filepath.Join("member", "wal") + string(filepath.Separator)
+	dbName := string(filepath.Separator) + filepath.Join("member", "snap", "db")
+	ps := int64(os.Getpagesize())
+	inWAL := func(ev vfs.Event) bool { return strings.Contains(ev.Path, walDir) }
+	isDB := func(ev vfs.Event) bool { return strings.HasSuffix(ev.Path, dbName) }
+	spare := func(ev vfs.Event) bool { return inWAL(ev) && strings.HasSuffix(ev.Path, ".tmp") } // the spare segment
+	lastMeta := false
+	return &powercut.Plan{Points: []powercut.Point{
+		{Name: "WAL record write before its fdatasync", Match: func(ev vfs.Event) bool { return inWAL(ev) && !spare(ev) && ev.Op == vfs.OpWrite }},
+		{Name: "WAL fdatasync", Match: func(ev vfs.Event) bool { return inWAL(ev) && !spare(ev) && ev.Op == vfs.OpSync }},
+		{Name: "page write before the meta write", Match: func(ev vfs.Event) bool {
+			if isDB(ev) && ev.Op == vfs.OpWrite {
+				lastMeta = ev.Off < 2*ps
+			}
+			return isDB(ev) && ev.Op == vfs.OpWrite && ev.Off >= 2*ps
+		}},
+		{Name: "page-store meta write", Match: func(ev vfs.Event) bool { return isDB(ev) && ev.Op == vfs.OpWrite && ev.Off < 2*ps }},
+		{Name: "page-store meta sync", Match: func(ev vfs.Event) bool { return isDB(ev) && ev.Op == vfs.OpSync && lastMeta }},
+	}}
 }
 
 // swapFS is a vfs.FS whose target a test replaces between runs of a
@@ -248,9 +283,11 @@ func TestClusterPowerLossCycles(t *testing.T) {
 	c := newTestClusterHooked(t, 3, storageHooks{walFS: swap, dbFS: swap}, "--snapshot-count=100", "--snapshot-catchup-entries=20")
 	log := newAckLog()
 	c.stopAll()
+	plan := memberPowerPoints()
 	for cycle := 0; cycle < cycles; cycle++ {
-		crashAt := int64(200 + rng.IntN(3000))
-		pc := newPowerCut(crashAt)
+		at := plan.Next(rng, cycle, 1500)
+		pc := &powerCut{pl: vfs.NewPowerLossFS(vfs.Default)}
+		pc.fs = vfs.NewFaultFS(pc.pl, at.Hook)
 		ffs := pc.fs
 		swap.set(ffs)
 		// Start the members without failing on the cut: it may come
@@ -296,11 +333,15 @@ func TestClusterPowerLossCycles(t *testing.T) {
 		if err != nil {
 			t.Fatalf("cycle %d: range after the power loss: %v", cycle, err)
 		}
-		log.verify(t, cycle, crashAt, rr)
+		log.verify(t, cycle, int64(at.At), rr)
 		c.stopAll()
 	}
-	t.Logf("POWER-LOSS cluster: %d cycles of a whole-cluster power cut on 3 members, %d puts acknowledged, 0 lost, the revision never went back (%d), the cluster came back every time",
-		cycles, log.puts, log.maxRev)
+	points, err := plan.Summary()
+	t.Logf("POWER-LOSS cluster: %d cycles of a whole-cluster power cut on 3 members; cuts (on any member): %s; %d puts acknowledged, 0 lost, the revision never went back (%d), the cluster came back every time",
+		cycles, points, log.puts, log.maxRev)
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestPowerLossDuringMaintenance cuts the power of one member while it

@@ -2,10 +2,12 @@ package wal
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/strata-db/strata/internal/powercut"
 	"github.com/strata-db/strata/internal/testseed"
 	"github.com/strata-db/strata/vfs"
 )
@@ -29,18 +31,15 @@ func TestPowerLossCycles(t *testing.T) {
 	var acked uint64 // entries 1..acked are acknowledged
 	sizes := map[uint64]int{}
 	created, rotations, inflightKept := false, 0, 0
+	plan := powerPoints()
 	for cycle := 0; cycle < cycles; cycle++ {
 		plfs := vfs.NewPowerLossFS(vfs.Default)
-		n, crashAt := 0, 1+rng.IntN(40)
+		cut := plan.Next(rng, cycle, 40)
 		ffs := vfs.NewFaultFS(plfs, func(ev vfs.Event) *vfs.Fault {
-			n++
 			if ev.Op == vfs.OpRename {
 				rotations++
 			}
-			if n == crashAt {
-				return &vfs.Fault{Crash: true}
-			}
-			return nil
+			return cut.Hook(ev)
 		})
 		var w *WAL
 		var err error
@@ -67,6 +66,7 @@ func TestPowerLossCycles(t *testing.T) {
 			}
 			w.Close()
 		}
+		crashAt := cut.At
 		plfs.Crash()
 		if _, _, err := plfs.Recover(); err != nil {
 			t.Fatalf("cycle %d: recover: %v", cycle, err)
@@ -103,6 +103,27 @@ func TestPowerLossCycles(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("POWER-LOSS wal: %d cycles, %d entries acknowledged and all back, %d renames (rotations and spares) in the runs, Save in flight kept %d times; acknowledged entries lost 0",
-		cycles, acked, rotations, inflightKept)
+	points, err := plan.Summary()
+	t.Logf("POWER-LOSS wal: %d cycles, %d entries acknowledged and all back, %d renames (rotations and spares) in the runs; cuts: %s; Save in flight kept %d times; acknowledged entries lost 0",
+		cycles, acked, rotations, points, inflightKept)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// powerPoints are the named points of the WAL where the power-loss test
+// cuts: a record write (before its fdatasync), the fdatasync, the spare
+// segment's preallocation (its creation, fallocate or zero fill), and
+// segment rotation (the renames and directory syncs that make a spare the
+// next segment).
+func powerPoints() *powercut.Plan {
+	spare := func(ev vfs.Event) bool { return strings.HasSuffix(ev.Path, tmpSuffix) }
+	return &powercut.Plan{Points: []powercut.Point{
+		{Name: "record write before its fdatasync", Match: func(ev vfs.Event) bool { return ev.Op == vfs.OpWrite && !spare(ev) }},
+		{Name: "fdatasync", Match: func(ev vfs.Event) bool { return ev.Op == vfs.OpSync && !spare(ev) }},
+		{Name: "preallocation", Match: func(ev vfs.Event) bool {
+			return ev.Op == vfs.OpPreallocate || (spare(ev) && (ev.Op == vfs.OpOpen || ev.Op == vfs.OpWrite || ev.Op == vfs.OpTruncate || ev.Op == vfs.OpSync))
+		}},
+		{Name: "segment rotation", Match: func(ev vfs.Event) bool { return ev.Op == vfs.OpRename || ev.Op == vfs.OpSyncDir }},
+	}}
 }
