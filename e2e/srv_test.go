@@ -23,10 +23,13 @@ import (
 	"github.com/strata-db/strata/e2e/harness"
 )
 
-// srvServer answers SRV queries for _etcd-server._tcp.<zone> with one
-// record per port, each with target "localhost.", and nothing else.
+// srvServer answers SRV queries for <service><zone> with one record per
+// port, each with target "localhost.", and nothing else.
 type srvServer struct {
-	zone    string
+	zone string
+	// service is the record set served ("_etcd-server._tcp." when
+	// empty: peer bootstrap; the gateway asks for "_etcd-client._tcp.").
+	service string
 	ports   []int
 	mu      sync.Mutex
 	queries int
@@ -40,7 +43,11 @@ func (s *srvServer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		s.mu.Lock()
 		s.queries++
 		s.mu.Unlock()
-		if q.Qtype != dns.TypeSRV || !strings.EqualFold(q.Name, "_etcd-server._tcp."+s.zone) {
+		service := s.service
+		if service == "" {
+			service = "_etcd-server._tcp."
+		}
+		if q.Qtype != dns.TypeSRV || !strings.EqualFold(q.Name, service+s.zone) {
 			continue
 		}
 		for _, p := range s.ports {

@@ -22,8 +22,12 @@ import (
 // server to ask; by default the system resolver is used.
 
 // srvResolver is the resolver for SRV bootstrap.
-func (s *Server) srvResolver() *net.Resolver {
-	addr := s.cfg.DiscoverySRVServer
+func (s *Server) srvResolver() *net.Resolver { return SRVResolver(s.cfg.DiscoverySRVServer) }
+
+// SRVResolver is the resolver for --discovery-srv lookups: the system's,
+// or with addr (host:port, Strata's --discovery-srv-server) one that asks
+// the DNS server there.
+func SRVResolver(addr string) *net.Resolver {
 	if addr == "" {
 		return net.DefaultResolver
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -131,6 +132,7 @@ type gatewayConfig struct {
 	discoverySRV string
 	srvName      string
 	insecureSRV  bool
+	srvServer    string
 	// trustedCAFile is accepted as etcd's: etcd checks a discovered
 	// endpoint with a TCP dial, which needs no CA.
 	trustedCAFile string
@@ -163,6 +165,7 @@ func gatewayFlags(gc *gatewayConfig, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&gc.discoverySRV, "discovery-srv", "", "DNS domain used to bootstrap initial cluster")
 	fs.StringVar(&gc.srvName, "discovery-srv-name", "", "service name to query when using DNS discovery")
 	fs.BoolVar(&gc.insecureSRV, "insecure-discovery", false, "accept insecure SRV records")
+	fs.StringVar(&gc.srvServer, "discovery-srv-server", "", "DNS server (host:port) for --discovery-srv lookups instead of the system resolver (Strata only)")
 	fs.StringVar(&gc.trustedCAFile, "trusted-ca-file", "", "path to the client server TLS CA file for verifying the discovered endpoints when discovery-srv is provided.")
 	fs.DurationVar(&gc.retryDelay, "retry-delay", tcpproxy.DefaultRetryDelay, "duration of delay before retrying failed endpoints")
 	return fs
@@ -176,7 +179,7 @@ func (gc *gatewayConfig) resolve(lg *slog.Logger) ([]tcpproxy.Endpoint, error) {
 	var eps []tcpproxy.Endpoint
 	if gc.discoverySRV != "" {
 		var err error
-		if eps, err = discoverSRV(lg, gc.discoverySRV, gc.srvName, gc.insecureSRV); err != nil {
+		if eps, err = discoverSRV(lg, server.SRVResolver(gc.srvServer), gc.discoverySRV, gc.srvName, gc.insecureSRV); err != nil {
 			return nil, err
 		}
 	}
@@ -228,7 +231,7 @@ func (gc *gatewayConfig) resolve(lg *slog.Logger) ([]tcpproxy.Endpoint, error) {
 // domain (with the -<name> suffix when given). Unless insecure, only the
 // TLS ones are kept, and only those that accept a TCP connection, as
 // etcd checks them.
-func discoverSRV(lg *slog.Logger, domain, name string, insecure bool) ([]tcpproxy.Endpoint, error) {
+func discoverSRV(lg *slog.Logger, r *net.Resolver, domain, name string, insecure bool) ([]tcpproxy.Endpoint, error) {
 	type found struct {
 		ep     tcpproxy.Endpoint
 		secure bool
@@ -243,7 +246,9 @@ func discoverSRV(lg *slog.Logger, domain, name string, insecure bool) ([]tcpprox
 		if name != "" {
 			service += "-" + name
 		}
-		_, srvs, err := net.LookupSRV(service, "tcp", domain)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, srvs, err := r.LookupSRV(ctx, service, "tcp", domain)
+		cancel()
 		if err != nil {
 			errs = append(errs, err)
 			continue
