@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/strata-db/strata/e2e/harness"
+	"github.com/strata-db/strata/internal/poll"
 )
 
 // TestLockElection drives etcd's v3lock and v3election gRPC services (and
@@ -197,20 +198,16 @@ func prefixEnd(prefix string) []byte {
 func (c *leCase) waitCount(prefix string, n int64) {
 	c.t.Helper()
 	end := prefixEnd(prefix)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.UntilNil(c.t, fmt.Sprintf("%s: %d keys under %q", c.srv.Bin(), n, prefix), func() error {
 		r, err := c.kv.Range(c.ctx, &pb.RangeRequest{Key: []byte(prefix), RangeEnd: end, CountOnly: true})
 		if err != nil {
 			c.t.Fatal(err)
 		}
-		if r.Count == n {
-			return
+		if r.Count != n {
+			return fmt.Errorf("%d keys", r.Count)
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("%s: %d keys under %q, want %d", c.srv.Bin(), r.Count, prefix, n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // pending is a call running in the background.

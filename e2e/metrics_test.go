@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/strata-db/strata/e2e/harness"
+	"github.com/strata-db/strata/internal/poll"
 )
 
 // TestMetricsMatchEtcd runs one sequence of client operations (puts,
@@ -230,17 +232,13 @@ func metricsWorkload(t *testing.T, srv *harness.Server) string {
 // the server's handler returns, after the client has moved on).
 func waitMetric(t *testing.T, srv *harness.Server, what string, cond func(map[string]*harness.Family) bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second) // only bounds a hang
-	for {
+	poll.UntilNil(t, fmt.Sprintf("%s: %s in /metrics", srv.Bin(), what), func() error {
 		m, err := harness.ScrapeMetrics(srv.ClientURL + "/metrics")
-		if err == nil && cond(m) {
-			return
+		if err == nil && !cond(m) {
+			err = errors.New("not there yet")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s not seen in /metrics within 30s (last error %v)", srv.Bin(), what, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	})
 }
 
 func sumWhere(f *harness.Family, match map[string]string) float64 {
