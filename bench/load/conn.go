@@ -314,3 +314,25 @@ func (d *dialer) dialAll(ctx context.Context, n int) ([]*conn, error) {
 	}
 	return conns, nil
 }
+
+// Connect connects, with g's TLS and --user, to the first of g's
+// endpoints that answers, for tools that make a few calls (stratautl
+// snapshot save). Close the returned connection when done.
+func Connect(ctx context.Context, g Global, stdin io.Reader, prompt io.Writer) (*grpc.ClientConn, error) {
+	d, err := newDialer(g, stdin, prompt)
+	if err != nil {
+		return nil, err
+	}
+	var errs []string
+	for _, e := range g.Endpoints {
+		c, err := d.dial(ctx, e)
+		if err == nil {
+			return c.cc, nil
+		}
+		errs = append(errs, err.Error())
+	}
+	if len(errs) == 0 {
+		return nil, fmt.Errorf("no endpoints")
+	}
+	return nil, fmt.Errorf("no endpoint answered: %s", strings.Join(errs, "; "))
+}
