@@ -6,9 +6,9 @@ import (
 	"os"
 	"testing"
 
-	"github.com/strata-db/strata/internal/powercut"
 	"github.com/strata-db/strata/internal/testseed"
 	"github.com/strata-db/strata/vfs"
+	"github.com/strata-db/strata/vfs/powercut"
 )
 
 // TestPowerLossCycles is issue 22 item 1 for the page store: it commits

@@ -18,11 +18,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/strata-db/strata/internal/poll"
-	"github.com/strata-db/strata/internal/powercut"
 	"github.com/strata-db/strata/internal/testseed"
 	"github.com/strata-db/strata/raft"
 	"github.com/strata-db/strata/server/config"
 	"github.com/strata-db/strata/vfs"
+	"github.com/strata-db/strata/vfs/powercut"
 )
 
 // TestPowerLossCycles is issue 22 item 1 on one member: writers put keys

@@ -7,9 +7,9 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
-	"github.com/strata-db/strata/internal/powercut"
 	"github.com/strata-db/strata/internal/testseed"
 	"github.com/strata-db/strata/vfs"
+	"github.com/strata-db/strata/vfs/powercut"
 )
 
 // TestPowerLossCycles is issue 22 item 1 for the WAL: Saves on a
