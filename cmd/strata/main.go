@@ -21,6 +21,9 @@ func run() int {
 	if len(os.Args) > 1 && os.Args[1] == "gateway" {
 		return runGateway(os.Args[2:], os.Stdout, os.Stderr)
 	}
+	if len(os.Args) > 1 && os.Args[1] == "grpc-proxy" {
+		return runGRPCProxy(os.Args[2:], os.Stdout, os.Stderr)
+	}
 	cfg, err := config.Parse(os.Args[1:], os.Environ(), os.Stderr)
 	if err != nil {
 		if errors.Is(err, config.ErrHelp) {
