@@ -6,6 +6,7 @@
 package poll
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -42,4 +43,18 @@ func UntilNil(t testing.TB, what string, check func() error) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// Check waits like Until but returns an error after Deadline instead of
+// failing the test: for goroutines other than the test's own, which may
+// not call t.Fatal.
+func Check(cond func() bool) error {
+	deadline := time.Now().Add(Deadline)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %v", Deadline)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
 }

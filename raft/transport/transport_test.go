@@ -312,10 +312,14 @@ func TestPipelineWithoutStreams(t *testing.T) {
 		r := a.raft.snapReports()
 		return len(r) == 1 && r[0] == snapReport{2, etcdraft.SnapshotFinish}
 	})
-	st, _ := a.tr.PeerStatus(2)
-	if st.SentPipeline != 3 {
-		t.Fatalf("sent %d through the pipeline, want 3", st.SentPipeline)
-	}
+	// The sender counts a message once the peer's answer is back, which
+	// can be after the peer has stepped it.
+	poll.UntilNil(t, "a to count three messages sent through the pipeline", func() error {
+		if st, _ := a.tr.PeerStatus(2); st.SentPipeline != 3 {
+			return fmt.Errorf("%d counted", st.SentPipeline)
+		}
+		return nil
+	})
 	b.tr.Send([]*raftpb.Message{msg(raftpb.MsgVoteResp, 2, 1, 4, 0)})
 	poll.Until(t, "the answer through b's remote for a", func() bool { return a.raft.count(raftpb.MsgVoteResp) == 1 })
 }

@@ -39,9 +39,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/h2c"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
@@ -50,6 +52,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/grpc/status"
 )
 
 // Config is the proxy's configuration, from etcd's grpc-proxy flags.
@@ -329,7 +332,7 @@ func (p *Proxy) forward(_ any, ss grpc.ServerStream) error {
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
-			return err
+			return asEtcdProxyError(method, err)
 		}
 		if err := ss.SendMsg(f); err != nil {
 			return err
@@ -427,4 +430,30 @@ func writeHealth(w http.ResponseWriter, err error) {
 		return
 	}
 	fmt.Fprint(w, `{"health":"true","reason":""}`)
+}
+
+// viaClientv3 are the methods etcd's proxy serves through clientv3 (KV,
+// and the lessor's revoke, time-to-live and list), which turns a known
+// etcd error into a plain error: its clients get the same message with
+// code Unknown. The others it forwards on a raw connection, codes kept.
+var viaClientv3 = map[string]bool{
+	"/etcdserverpb.KV/Range": true, "/etcdserverpb.KV/Put": true, "/etcdserverpb.KV/DeleteRange": true,
+	"/etcdserverpb.KV/Txn": true, "/etcdserverpb.KV/Compact": true,
+	"/etcdserverpb.Lease/LeaseRevoke": true, "/etcdserverpb.Lease/LeaseTimeToLive": true,
+	"/etcdserverpb.Lease/LeaseLeases": true,
+}
+
+// asEtcdProxyError is err as etcd's proxy returns it for method.
+func asEtcdProxyError(method string, err error) error {
+	if !viaClientv3[method] {
+		return err
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	if _, known := rpctypes.Error(err).(rpctypes.EtcdError); known {
+		return status.Error(codes.Unknown, st.Message())
+	}
+	return err
 }
