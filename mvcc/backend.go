@@ -517,6 +517,9 @@ func (b *Backend) Defrag(ctx context.Context, progress func(pagestore.DefragProg
 		st := b.DB().Stats()
 		p.Steps++
 		p.MovedPages += r.moved
+		if m := b.metrics; m != nil {
+			m.DefragMovedPages.Add(float64(r.moved))
+		}
 		p.FileSize, p.InUseBytes, p.LockHold = st.FileSize, st.InUseBytes, r.apply
 		p.Done = b.DB().DefragComplete(plan)
 		if progress != nil {

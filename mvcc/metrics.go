@@ -59,6 +59,10 @@ type Metrics struct {
 	// one runs.
 	Defrag         prometheus.Histogram
 	DefragInflight prometheus.Gauge
+	// DefragMovedPages counts the pages online defrag moved to the front
+	// of the file (Strata's own: its progress, with the file's size and
+	// the bytes in use).
+	DefragMovedPages prometheus.Counter
 }
 
 // NewMetrics builds unregistered instruments with etcd's names, help
@@ -105,6 +109,8 @@ func NewMetrics() *Metrics {
 			"The latency distribution of backend defragmentation.", exp(.1, 2, 13)),
 		DefragInflight: g("etcd", "disk", "defrag_inflight",
 			"Whether or not defrag is active on the member. 1 means active, 0 means not."),
+		DefragMovedPages: c("strata", "defrag", "moved_pages_total",
+			"Pages online defragmentation moved toward the front of the page store."),
 	}
 }
 
@@ -114,7 +120,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 		m.Range, m.Put, m.Delete, m.Txn, m.PutSize,
 		m.Events, m.PendingEvents, m.WatchStreams, m.ProgressLoop,
 		m.IndexCompactionPause, m.DBCompactionPause, m.DBCompactionTotal, m.DBCompactionLast, m.DBCompactionKeys,
-		m.Hash, m.HashRev, m.Defrag, m.DefragInflight,
+		m.Hash, m.HashRev, m.Defrag, m.DefragInflight, m.DefragMovedPages,
 	}
 }
 

@@ -373,6 +373,7 @@ func (w *WAL) writeBatch(b *batch) error {
 		w.pre.want()
 	}
 	if b.needSync {
+		w.opts.Metrics.observeGroup(len(b.units))
 		return w.timedSync(w.cur)
 	}
 	return nil
