@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -28,14 +27,7 @@ import (
 )
 
 func TestScheduledBackups(t *testing.T) {
-	bin := os.Getenv("STRATA_E2E_TARGET")
-	if bin == "" {
-		t.Fatal("TestScheduledBackups runs stratautl snapshot save against strata; set STRATA_E2E_TARGET=../bin/strata (make e2e does)")
-	}
-	bin, err := filepath.Abs(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := strataTarget(t)
 	stratautl, err := harness.Stratautl(bin)
 	if err != nil {
 		t.Fatal(err)

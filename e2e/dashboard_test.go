@@ -63,14 +63,7 @@ func dashboardMetrics(t *testing.T, path string) (int, []string) {
 }
 
 func TestDashboardQueries(t *testing.T) {
-	bin := os.Getenv("STRATA_E2E_TARGET")
-	if bin == "" {
-		t.Fatal("TestDashboardQueries scrapes strata members; set STRATA_E2E_TARGET=../bin/strata (make e2e does)")
-	}
-	bin, err := filepath.Abs(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := strataTarget(t)
 	panels, names := dashboardMetrics(t, filepath.Join("..", "deploy", "grafana", "strata-dashboard.json"))
 	c := startCluster(t, bin, append(append([]string(nil), clusterFlags...), "--metrics=extensive"))
 	ctl := &harness.Ctl{Bin: needBins(t).Etcdctl, Endpoints: c.ClientURLs()}

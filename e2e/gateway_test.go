@@ -11,9 +11,7 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,14 +25,7 @@ import (
 )
 
 func TestGateway(t *testing.T) {
-	bin := os.Getenv("STRATA_E2E_TARGET")
-	if bin == "" {
-		t.Fatal("TestGateway runs strata gateway start; set STRATA_E2E_TARGET=../bin/strata (make e2e does)")
-	}
-	bin, err := filepath.Abs(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := strataTarget(t)
 	c := startCluster(t, bin, clusterFlags)
 	const zone = "strata.test."
 	srv := &srvServer{zone: zone, service: "_etcd-client._tcp."}

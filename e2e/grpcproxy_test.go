@@ -12,9 +12,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -28,14 +26,7 @@ import (
 )
 
 func TestGRPCProxy(t *testing.T) {
-	bin := os.Getenv("STRATA_E2E_TARGET")
-	if bin == "" {
-		t.Fatal("TestGRPCProxy runs strata grpc-proxy start; set STRATA_E2E_TARGET=../bin/strata (make e2e does)")
-	}
-	bin, err := filepath.Abs(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := strataTarget(t)
 	b := needBins(t)
 	c := startCluster(t, bin, clusterFlags)
 	var eps []string

@@ -76,14 +76,7 @@ func mixinMetrics(t *testing.T, dir string) []string {
 }
 
 func TestMixinMetrics(t *testing.T) {
-	bin := os.Getenv("STRATA_E2E_TARGET")
-	if bin == "" {
-		t.Fatal("TestMixinMetrics scrapes strata members; set STRATA_E2E_TARGET=../bin/strata (make e2e does)")
-	}
-	bin, err := filepath.Abs(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := strataTarget(t)
 	names := mixinMetrics(t, mixinDir(t))
 	if len(names) < 15 {
 		t.Fatalf("only %d metrics found in the mixin: %v", len(names), names)

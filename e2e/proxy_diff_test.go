@@ -67,14 +67,7 @@ func serverStep(st step) bool {
 
 func TestProxyDiff(t *testing.T) {
 	b := needBins(t)
-	binB := os.Getenv("STRATA_E2E_TARGET")
-	if binB == "" {
-		t.Fatal("TestProxyDiff compares strata grpc-proxy with etcd grpc-proxy; set STRATA_E2E_TARGET=../bin/strata (make e2e does)")
-	}
-	binB, err := filepath.Abs(binB)
-	if err != nil {
-		t.Fatal(err)
-	}
+	binB := strataTarget(t)
 	scs := proxyScenarios()
 	if len(scs) < 3 {
 		t.Fatalf("only %d scenarios run through a proxy", len(scs))

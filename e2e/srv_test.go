@@ -9,8 +9,6 @@ package e2e
 import (
 	"context"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,14 +62,7 @@ func (s *srvServer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 }
 
 func TestDiscoverySRV(t *testing.T) {
-	bin := os.Getenv("STRATA_E2E_TARGET")
-	if bin == "" {
-		t.Fatal("TestDiscoverySRV uses Strata's --discovery-srv-server; set STRATA_E2E_TARGET=../bin/strata (make e2e does)")
-	}
-	bin, err := filepath.Abs(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := strataTarget(t)
 	const zone = "strata.test."
 	dir := t.TempDir()
 	var members []*harness.Server

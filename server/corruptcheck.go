@@ -223,6 +223,16 @@ func (s *Server) runCorruptCheck() {
 		return
 	}
 	s.lg.Info("enabled corruption checking", "local-member-id", transport.FormatID(s.id), "interval", every.String())
+	s.everyOnLeader(every, func() {
+		if err := s.periodicCorruptCheck(); err != nil {
+			s.lg.Warn("failed to check hash KV", "error", err)
+		}
+	})
+}
+
+// everyOnLeader runs check every interval while this member leads, until
+// the member stops.
+func (s *Server) everyOnLeader(every time.Duration, check func()) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -231,11 +241,8 @@ func (s *Server) runCorruptCheck() {
 		case <-s.stopping:
 			return
 		}
-		if !s.node.IsLeader() {
-			continue
-		}
-		if err := s.periodicCorruptCheck(); err != nil {
-			s.lg.Warn("failed to check hash KV", "error", err)
+		if s.node.IsLeader() {
+			check()
 		}
 	}
 }
@@ -304,19 +311,7 @@ func (s *Server) runCompactHashCheck() {
 	}
 	every := s.cfg.CompactHashCheckTime
 	s.lg.Info("enabled compaction hash check", "local-member-id", transport.FormatID(s.id), "interval", every.String())
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-		case <-s.stopping:
-			return
-		}
-		if !s.node.IsLeader() {
-			continue
-		}
-		s.compactHashCheck()
-	}
+	s.everyOnLeader(every, s.compactHashCheck)
 }
 
 // compactHashCheck is one round of the compaction hash check (etcd's

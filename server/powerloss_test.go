@@ -168,10 +168,7 @@ func connectMember(t *testing.T, s *Server, client string) *testMember {
 func TestPowerLossCycles(t *testing.T) {
 	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, seed^0x1d8e4e27c47d124f))
-	cycles := 40
-	if v := os.Getenv("STRATA_POWERLOSS_CYCLES"); v != "" {
-		fmt.Sscan(v, &cycles)
-	}
+	cycles := envCount("STRATA_POWERLOSS_CYCLES", 40)
 	dir := filepath.Join(t.TempDir(), "d")
 	args, client := memberArgs(t, dir, "--disk-probe=false", "--snapshot-count=50", "--snapshot-catchup-entries=10")
 	log := newAckLog()
@@ -274,10 +271,7 @@ func (s *swapFS) Lock(name string) (io.Closer, error)         { return s.fs().Lo
 func TestClusterPowerLossCycles(t *testing.T) {
 	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, seed^0x4f1bbcdcbfa53e0a))
-	cycles := 8
-	if v := os.Getenv("STRATA_POWERLOSS_CLUSTER_CYCLES"); v != "" {
-		fmt.Sscan(v, &cycles)
-	}
+	cycles := envCount("STRATA_POWERLOSS_CLUSTER_CYCLES", 8)
 	swap := &swapFS{}
 	swap.set(vfs.Default)
 	c := newTestClusterHooked(t, 3, storageHooks{walFS: swap, dbFS: swap}, "--snapshot-count=100", "--snapshot-catchup-entries=20")
@@ -354,10 +348,7 @@ func TestClusterPowerLossCycles(t *testing.T) {
 func TestPowerLossDuringMaintenance(t *testing.T) {
 	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, seed^0x6c8e9cf570932bd5))
-	cycles := 12
-	if v := os.Getenv("STRATA_POWERLOSS_MAINT_CYCLES"); v != "" {
-		fmt.Sscan(v, &cycles)
-	}
+	cycles := envCount("STRATA_POWERLOSS_MAINT_CYCLES", 12)
 	dir := filepath.Join(t.TempDir(), "d")
 	args, client := memberArgs(t, dir, "--disk-probe=false")
 	log := newAckLog()
@@ -490,10 +481,7 @@ func (r *routeFS) Lock(name string) (io.Closer, error)       { return r.pick(nam
 func TestMemberPowerLossInCluster(t *testing.T) {
 	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, seed^0x2d358dccaa6c78a5))
-	cycles := 8
-	if v := os.Getenv("STRATA_POWERLOSS_MEMBER_CYCLES"); v != "" {
-		fmt.Sscan(v, &cycles)
-	}
+	cycles := envCount("STRATA_POWERLOSS_MEMBER_CYCLES", 8)
 	route := newRouteFS()
 	c := newTestClusterHooked(t, 3, storageHooks{walFS: route, dbFS: route}, "--snapshot-count=100", "--snapshot-catchup-entries=20")
 	log := newAckLog()
@@ -611,10 +599,7 @@ var installPhases = []string{"receive", "step", "marker", "restore", "after"}
 func TestPowerLossDuringSnapshotInstall(t *testing.T) {
 	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, seed^0x51f15e37a0d3c2b9))
-	cycles := 6
-	if v := os.Getenv("STRATA_POWERLOSS_INSTALL_CYCLES"); v != "" {
-		fmt.Sscan(v, &cycles)
-	}
+	cycles := envCount("STRATA_POWERLOSS_INSTALL_CYCLES", 6)
 	route := newRouteFS()
 	c := newTestClusterHooked(t, 3, storageHooks{walFS: route, dbFS: route}, "--snapshot-count=40", "--snapshot-catchup-entries=10")
 	log := newAckLog()
@@ -712,4 +697,15 @@ func TestPowerLossDuringSnapshotInstall(t *testing.T) {
 	}
 	t.Logf("POWER-LOSS snapshot install: %d cycles, cut during the install's phases: %s (%d installs finished before their cut); %d puts acknowledged, 0 lost; the member started, caught up and matched the leader every time",
 		cycles, strings.Join(parts, ", "), installs, log.puts)
+}
+
+// envCount is the number in environment variable name (a long run's
+// cycle or case count, set by make powerloss-long), or def.
+func envCount(name string, def int) int {
+	if v := os.Getenv(name); v != "" {
+		if _, err := fmt.Sscan(v, &def); err != nil {
+			panic(fmt.Sprintf("%s=%q: not a number", name, v))
+		}
+	}
+	return def
 }

@@ -44,10 +44,7 @@ import (
 func TestReceivedSnapshotCorruptionMatrix(t *testing.T) {
 	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, seed^0x0b5e55ed1c0de5a1))
-	limit := 120
-	if v := os.Getenv("STRATA_SNAPSHOT_MATRIX_CASES"); v != "" {
-		fmt.Sscan(v, &limit)
-	}
+	limit := envCount("STRATA_SNAPSHOT_MATRIX_CASES", 120)
 	victim, image := interruptedInstall(t, rng)
 	tree := readTree(t, victim.dir)
 	orig := tree.file(t, image)
