@@ -77,14 +77,31 @@ func TestProxyDiff(t *testing.T) {
 		names = append(names, sc.name)
 	}
 	t.Logf("scenarios through the proxies: %s", strings.Join(names, ", "))
+	type run struct {
+		sc    scenario
+		name  string
+		flags []string
+	}
+	var runs []run
 	for _, sc := range scs {
-		t.Run(sc.name, func(t *testing.T) {
+		runs = append(runs, run{sc, sc.name, nil})
+	}
+	// The client-data scenarios once more with --namespace on both
+	// proxies: keys go in with the prefix and come back without it.
+	for _, sc := range scs {
+		if sc.name == "kv" || sc.name == "watch" || sc.name == "lease" {
+			runs = append(runs, run{sc, sc.name + "-namespace", []string{"--namespace=/tenant-a/"}})
+		}
+	}
+	for _, r := range runs {
+		sc := r.sc
+		t.Run(r.name, func(t *testing.T) {
 			start := time.Now()
 			var a, bb *side
 			var wg sync.WaitGroup
 			wg.Add(2)
-			go func() { defer wg.Done(); a = proxySide(t, "A", b.Etcd, b) }()
-			go func() { defer wg.Done(); bb = proxySide(t, "B", binB, b) }()
+			go func() { defer wg.Done(); a = proxySide(t, "A", b.Etcd, b, r.flags) }()
+			go func() { defer wg.Done(); bb = proxySide(t, "B", binB, b, r.flags) }()
 			wg.Wait()
 			if a == nil || bb == nil {
 				t.FailNow()
@@ -118,8 +135,27 @@ func TestProxyDiff(t *testing.T) {
 					t.Errorf("step %q differs:\n%s", st.name, harness.UnifiedDiff("A (etcd grpc-proxy)", "B (strata grpc-proxy)", ra, rb))
 				}
 			}
+			if len(r.flags) > 0 {
+				// The keys are in the cluster under the namespace, the
+				// same number on both sides.
+				counts := [2]string{}
+				for i, sd := range []*side{a, bb} {
+					direct := &harness.Ctl{Bin: b.Etcdctl, Endpoints: []string{sd.vars["member"]}}
+					res := direct.Run("", "get", "--prefix", "/tenant-a/", "--count-only", "-w", "fields")
+					m := regexp.MustCompile(`"Count" : (\d+)`).FindStringSubmatch(res.Stdout)
+					if res.Code != 0 || m == nil {
+						t.Fatalf("side %s: get --prefix /tenant-a/ on a member: %s", sd.label, res)
+					}
+					counts[i] = m[1]
+				}
+				// (The lease scenario ends with its keys expired or revoked.)
+				if counts[0] != counts[1] || counts[1] == "0" && sc.name != "lease" {
+					t.Errorf("keys under the namespace in the cluster: etcd %s, strata %s", counts[0], counts[1])
+				}
+				t.Logf("%s keys under /tenant-a/ in each cluster", counts[1])
+			}
 			t.Logf("PROXY-DIFF %s: %d steps through the proxies (%d on the server itself skipped), %d mismatches, %d documented differences, %v",
-				sc.name, len(sc.steps)-skipped, skipped, diffs, known, time.Since(start).Round(time.Millisecond))
+				r.name, len(sc.steps)-skipped, skipped, diffs, known, time.Since(start).Round(time.Millisecond))
 		})
 	}
 }
@@ -179,7 +215,7 @@ func sortedLines(s string) string {
 // proxySide starts a 3-member cluster of bin and bin's grpc-proxy in
 // front of it, and returns the side that talks to the proxy. It reports
 // failures with t.Error (it runs beside the other side) and returns nil.
-func proxySide(t *testing.T, label, bin string, b *harness.Bins) *side {
+func proxySide(t *testing.T, label, bin string, b *harness.Bins, flags []string) *side {
 	dir := filepath.Join(t.TempDir(), label)
 	c, err := harness.NewCluster(bin, dir, 3, clusterFlags)
 	if err != nil {
@@ -202,8 +238,8 @@ func proxySide(t *testing.T, label, bin string, b *harness.Bins) *side {
 		eps = append(eps, strings.TrimPrefix(m.ClientURL, "http://"))
 	}
 	var out syncBuffer
-	px := exec.Command(bin, "grpc-proxy", "start", "--endpoints="+strings.Join(eps, ","),
-		"--listen-addr="+addr, "--advertise-client-url="+addr)
+	px := exec.Command(bin, append([]string{"grpc-proxy", "start", "--endpoints=" + strings.Join(eps, ","),
+		"--listen-addr=" + addr, "--advertise-client-url=" + addr}, flags...)...)
 	px.Stdout, px.Stderr = &out, &out
 	if err := px.Start(); err != nil {
 		t.Error(err)
@@ -253,6 +289,7 @@ func proxySide(t *testing.T, label, bin string, b *harness.Bins) *side {
 	s.norm.AssignIDs(append(ids, ml.Header.ClusterId)...)
 	s.ctl = &harness.Ctl{Bin: b.Etcdctl, Endpoints: []string{addr}}
 	s.vars["dir"] = dir
+	s.vars["member"] = c.Members[0].ClientURL
 	s.vars["client"] = "http://" + addr
 	s.vars["plainclient"] = "http://" + addr
 	s.norm.Literal("http://"+addr, "<client>")

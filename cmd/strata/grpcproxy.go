@@ -178,8 +178,6 @@ func runGRPCProxy(args []string, stdout, stderr io.Writer) int {
 // check refuses what Strata's proxy does not do, rather than ignore it.
 func (f *grpcProxyFlags) check() error {
 	switch {
-	case f.namespace != "":
-		return errors.New("grpc-proxy: --namespace is not supported by strata grpc-proxy yet")
 	case f.leasingPrefix != "":
 		return errors.New("grpc-proxy: --experimental-leasing-prefix is not supported by strata grpc-proxy yet")
 	}
@@ -188,7 +186,7 @@ func (f *grpcProxyFlags) check() error {
 
 func (f *grpcProxyFlags) config(lg *slog.Logger) (grpcproxy.Config, error) {
 	cfg := grpcproxy.Config{
-		AutoSyncInterval: f.autoSync, ListenAddr: f.listenAddr, AdvertiseClientURL: f.advertiseClientURL,
+		Namespace: f.namespace, AutoSyncInterval: f.autoSync, ListenAddr: f.listenAddr, AdvertiseClientURL: f.advertiseClientURL,
 		ResolverPrefix: f.resolverPrefix, ResolverTTL: f.resolverTTL, EnablePprof: f.enablePprof,
 		MetricsAddr: f.metricsAddr, MaxSendBytes: f.maxSend, MaxRecvBytes: f.maxRecv,
 		DialKeepAliveTime: f.dialKeepAliveTime, DialKeepAliveTimeout: f.dialKeepAliveTO,

@@ -91,6 +91,7 @@ type Proxy struct {
 	metrics  *http.Server
 	reg      *prometheus.Registry
 	m        *metrics
+	ns       *namespace // --namespace, or nil
 	watch    *watchProxy
 	cluster  *clusterProxy
 	mu       sync.Mutex
@@ -126,6 +127,9 @@ func New(cfg Config) (*Proxy, error) {
 	p.reg.MustRegister(p.m.watchersCoalescing, p.m.eventsCoalescing, p.m.upstreamWatches,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 
+	if cfg.Namespace != "" {
+		p.ns = &namespace{pfx: []byte(cfg.Namespace)}
+	}
 	p.res = manual.NewBuilderWithScheme("strata-proxy")
 	p.eps = hostPorts(cfg.Endpoints)
 	p.res.InitialState(resolver.State{Endpoints: endpointsOf(p.eps)})
@@ -294,6 +298,11 @@ func (p *Proxy) forward(_ any, ss grpc.ServerStream) error {
 	method, ok := grpc.MethodFromServerStream(ss)
 	if !ok {
 		return errors.New("grpc-proxy: no method")
+	}
+	if p.ns != nil {
+		if rw, ok := nsMethods[method]; ok {
+			return p.forwardNamespaced(ss, method, rw)
+		}
 	}
 	ctx, cancel := context.WithCancel(outgoing(ss.Context()))
 	defer cancel()

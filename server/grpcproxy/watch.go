@@ -135,6 +135,9 @@ func (w *watchProxy) Watch(stream pb.Watch_WatchServer) error {
 
 // send queues a response for the client; false once the stream is done.
 func (cs *clientStream) send(r *pb.WatchResponse) bool {
+	if ns := cs.w.p.ns; ns != nil {
+		r = ns.watchResp(r)
+	}
 	select {
 	case cs.sendc <- r:
 		return true
@@ -144,6 +147,9 @@ func (cs *clientStream) send(r *pb.WatchResponse) bool {
 }
 
 func (cs *clientStream) create(r *pb.WatchCreateRequest) {
+	if ns := cs.w.p.ns; ns != nil {
+		ns.watchReq(r)
+	}
 	cs.mu.Lock()
 	id := r.WatchId
 	if id == 0 { // AutoWatchID
