@@ -122,6 +122,11 @@ func TestProxyDiff(t *testing.T) {
 					ra, rb = sortedLines(ra), sortedLines(rb)
 				}
 				why, ok := proxyKnownDiffs[st.name]
+				if strings.Contains(ra, "invalid auth token") && !strings.Contains(rb, "invalid auth token") {
+					// etcd's proxy sent the call to a member that did not
+					// issue the caller's simple token (see reRetriedToken).
+					why, ok = "etcd's proxy reached a member that did not issue the caller's simple token", true
+				}
 				if strings.HasPrefix(st.name, "endpoint status") {
 					why, ok = proxyKnownDiffs["endpoint status"], true
 				}
@@ -170,7 +175,7 @@ var reAnswering = regexp.MustCompile(`((?i)"?member_?id"?\s*[:=]\s*"?)<id[123]>`
 // caller's simple token and it authenticated again: etcd's proxy spreads
 // requests over the members and a simple token is valid on the member
 // that issued it only, so whether it appears depends on the spreading.
-var reRetriedToken = regexp.MustCompile(`(?m)^! \{"error":"rpc error: code = Unauthenticated desc = etcdserver: invalid auth token".*\n`)
+var reRetriedToken = regexp.MustCompile(`(?m)^! \{"error":"rpc error: code = \w+ desc = etcdserver: invalid auth token".*"msg":"retrying of unary invoker failed"\}\n`)
 
 // reLeaseKey finds lock and election keys, named after the lease of
 // their session: through etcd's proxy lease ids come from whichever

@@ -132,8 +132,9 @@ func (n *namespace) watchResp(resp *pb.WatchResponse) *pb.WatchResponse {
 	return out
 }
 
-// unaryRewrite is a namespaced unary method: the request is decoded and
-// rewritten (or refused), and the response's keys stripped.
+// unaryRewrite is a namespaced unary method outside KV (kv.go rewrites
+// those): the request is decoded and rewritten (or refused), and the
+// response's keys stripped.
 type unaryRewrite struct {
 	req  func() proto.Message
 	resp func() proto.Message
@@ -142,22 +143,6 @@ type unaryRewrite struct {
 }
 
 var nsMethods = map[string]unaryRewrite{
-	"/etcdserverpb.KV/Range": {
-		func() proto.Message { return &pb.RangeRequest{} }, func() proto.Message { return &pb.RangeResponse{} },
-		func(n *namespace, m proto.Message) error { return n.rangeReq(m.(*pb.RangeRequest)) },
-		func(n *namespace, m proto.Message) { n.stripAll(m.(*pb.RangeResponse).Kvs) }},
-	"/etcdserverpb.KV/Put": {
-		func() proto.Message { return &pb.PutRequest{} }, func() proto.Message { return &pb.PutResponse{} },
-		func(n *namespace, m proto.Message) error { return n.putReq(m.(*pb.PutRequest)) },
-		func(n *namespace, m proto.Message) { n.strip(m.(*pb.PutResponse).PrevKv) }},
-	"/etcdserverpb.KV/DeleteRange": {
-		func() proto.Message { return &pb.DeleteRangeRequest{} }, func() proto.Message { return &pb.DeleteRangeResponse{} },
-		func(n *namespace, m proto.Message) error { return n.deleteReq(m.(*pb.DeleteRangeRequest)) },
-		func(n *namespace, m proto.Message) { n.stripAll(m.(*pb.DeleteRangeResponse).PrevKvs) }},
-	"/etcdserverpb.KV/Txn": {
-		func() proto.Message { return &pb.TxnRequest{} }, func() proto.Message { return &pb.TxnResponse{} },
-		func(n *namespace, m proto.Message) error { return n.txnReq(m.(*pb.TxnRequest)) },
-		func(n *namespace, m proto.Message) { n.txnResp(m.(*pb.TxnResponse)) }},
 	"/etcdserverpb.Lease/LeaseTimeToLive": {
 		func() proto.Message { return &pb.LeaseTimeToLiveRequest{} }, func() proto.Message { return &pb.LeaseTimeToLiveResponse{} },
 		func(*namespace, proto.Message) error { return nil },

@@ -92,6 +92,8 @@ type Proxy struct {
 	reg      *prometheus.Registry
 	m        *metrics
 	ns       *namespace // --namespace, or nil
+	cache    *rangeCache
+	kvm      *kvMetrics
 	watch    *watchProxy
 	cluster  *clusterProxy
 	mu       sync.Mutex
@@ -127,6 +129,7 @@ func New(cfg Config) (*Proxy, error) {
 	p.reg.MustRegister(p.m.watchersCoalescing, p.m.eventsCoalescing, p.m.upstreamWatches,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 
+	p.cache, p.kvm = newRangeCache(), newKVMetrics(p.reg)
 	if cfg.Namespace != "" {
 		p.ns = &namespace{pfx: []byte(cfg.Namespace)}
 	}
@@ -298,6 +301,9 @@ func (p *Proxy) forward(_ any, ss grpc.ServerStream) error {
 	method, ok := grpc.MethodFromServerStream(ss)
 	if !ok {
 		return errors.New("grpc-proxy: no method")
+	}
+	if kvMethods[method] {
+		return p.forwardKV(ss, method)
 	}
 	if p.ns != nil {
 		if rw, ok := nsMethods[method]; ok {
