@@ -10,7 +10,7 @@ DATA_DIR ?= default.strata
 FUZZTIME ?= 30s
 
 .PHONY: all build run test unit fuzz fuzz-long bench bench-engine bench-readpath bench-compare bench-stratabench vet fmt-check clean e2e e2e-bin disk-check disk-check-short
-.PHONY: etcd-src testguard testguard-test fulldisk fulldisk-long robustness slow-follower etcd-e2e etcd-e2e-short linearizability linearizability-long scale-long powerloss-long
+.PHONY: etcd-src testguard testguard-test fulldisk fulldisk-long robustness slow-follower etcd-e2e etcd-e2e-short linearizability linearizability-long scale-long powerloss-long proxy-diff
 
 # make e2e runs every differential scenario (e2e/scenarios_*_test.go)
 # against real etcd 3.7; E2E_SCENARIOS=kv|watch runs only TestDiff's kv and
@@ -186,6 +186,12 @@ scale-long: build e2e-bin testguard
 # cluster (the leader about a third of the time) and 60 cuts inside a
 # compaction or an online defrag (make test runs 40, 8, 8 and 12).
 # POWER-LOSS lines give the counts.
+# The whole grpc-proxy differential (e2e TestProxyDiff): make test runs
+# it without the auth scenario and two of the namespaced reruns.
+proxy-diff: build e2e-bin testguard
+	cd e2e && set -o pipefail && STRATA_PROXY_DIFF=all STRATA_E2E_TARGET=../bin/strata $(GO) test -json -count=1 -timeout 20m -run '^TestProxyDiff$$' . | \
+		$(GUARD) -show '^(--- |    --- )|PROXY-DIFF'
+
 powerloss-long: testguard
 	set -o pipefail && STRATA_POWERLOSS_CYCLES=200 STRATA_POWERLOSS_CLUSTER_CYCLES=100 STRATA_POWERLOSS_MAINT_CYCLES=60 STRATA_POWERLOSS_MEMBER_CYCLES=60 STRATA_POWERLOSS_INSTALL_CYCLES=40 STRATA_SNAPSHOT_MATRIX_CASES=1000 $(GO) test -json -count=1 -timeout 30m -run '^(TestPowerLossCycles|TestClusterPowerLossCycles|TestPowerLossDuringMaintenance|TestMemberPowerLossInCluster|TestPowerLossDuringSnapshotInstall|TestReceivedSnapshotCorruptionMatrix)$$' ./pagestore/ ./wal/ ./server/ | \
 		$(GUARD) -show '^(--- |    --- )|POWER-LOSS|CORRUPTION'

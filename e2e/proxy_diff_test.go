@@ -82,14 +82,21 @@ func TestProxyDiff(t *testing.T) {
 		name  string
 		flags []string
 	}
+	// make test runs the scenarios where etcd's side is deterministic;
+	// auth (whose simple tokens etcd's round-robin proxy sometimes takes to
+	// a member that did not issue them) and the namespaced watch and lease
+	// runs are in make proxy-diff (STRATA_PROXY_DIFF=all).
+	all := os.Getenv("STRATA_PROXY_DIFF") == "all"
 	var runs []run
 	for _, sc := range scs {
-		runs = append(runs, run{sc, sc.name, nil})
+		if all || sc.name != "auth" {
+			runs = append(runs, run{sc, sc.name, nil})
+		}
 	}
 	// The client-data scenarios once more with --namespace on both
 	// proxies: keys go in with the prefix and come back without it.
 	for _, sc := range scs {
-		if sc.name == "kv" || sc.name == "watch" || sc.name == "lease" {
+		if sc.name == "kv" || all && (sc.name == "watch" || sc.name == "lease") {
 			runs = append(runs, run{sc, sc.name + "-namespace", []string{"--namespace=/tenant-a/"}})
 		}
 	}
@@ -118,7 +125,7 @@ func TestProxyDiff(t *testing.T) {
 					continue
 				}
 				ra, rb := proxyNorm(a.exec(t, st)), proxyNorm(bb.exec(t, st))
-				if proxySortLines[st.name] {
+				if proxySortLines[st.name] || listsLeases(st) {
 					ra, rb = sortedLines(ra), sortedLines(rb)
 				}
 				why, ok := proxyKnownDiffs[st.name]
@@ -210,6 +217,18 @@ var proxyKnownDiffs = map[string]string{
 // member granted each lease (ids carry the member), so only the set of
 // lines is compared.
 var proxySortLines = map[string]bool{"lock waiter blocked": true, "election keys": true}
+
+// listsLeases reports whether st is `lease list`: leases come out in id
+// order, and through etcd's proxy the ids carry whichever member granted
+// each, so only the set of lines is compared.
+func listsLeases(st step) bool {
+	for i := 0; i+1 < len(st.ctl); i++ {
+		if st.ctl[i] == "lease" && st.ctl[i+1] == "list" {
+			return true
+		}
+	}
+	return false
+}
 
 func sortedLines(s string) string {
 	l := strings.Split(s, "\n")
