@@ -13,10 +13,10 @@ func TestRangeCacheInvalidatesWhatAWriteTouches(t *testing.T) {
 		return &pb.RangeRequest{Key: []byte(k), RangeEnd: []byte(end), Revision: rev, Serializable: true}
 	}
 	resp := &pb.RangeResponse{Count: 1}
-	c.add(r("a", "", 0), resp)         // one key
-	c.add(r("b", "d", 0), resp)        // [b, d)
-	c.add(r("x", "\x00", 0), resp)     // from x to the end
-	c.add(r("b", "d", 5), resp)        // at a revision: never invalidated
+	c.add(r("a", "", 0), resp)     // one key
+	c.add(r("b", "d", 0), resp)    // [b, d)
+	c.add(r("x", "\x00", 0), resp) // from x to the end
+	c.add(r("b", "d", 5), resp)    // at a revision: never invalidated
 	if got, _ := c.get(r("a", "", 0)); got != resp {
 		t.Fatal("a range just added is not there")
 	}
