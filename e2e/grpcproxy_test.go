@@ -42,6 +42,7 @@ func TestGRPCProxy(t *testing.T) {
 	var out syncBuffer
 	px := exec.Command(bin, "grpc-proxy", "start", "--endpoints="+strings.Join(eps, ","), "--listen-addr="+addr,
 		"--advertise-client-url="+addr, "--resolver-prefix=/strata-proxies", "--resolver-ttl=10",
+		"--experimental-enable-grpc-logging", "--experimental-serializable-ordering", "--max-concurrent-streams=1000",
 		fmt.Sprintf("--metrics-addr=http://127.0.0.1:%d", ports[1]))
 	px.Stdout, px.Stderr = &out, &out
 	if err := px.Start(); err != nil {
@@ -79,6 +80,11 @@ func TestGRPCProxy(t *testing.T) {
 	run("granted with TTL(60s)", "lease", "grant", "60")
 	run("is healthy", "endpoint", "health")
 	run(addr, "endpoint", "status")
+	if !strings.Contains(out.String(), `"method":"/etcdserverpb.Maintenance/Status"`) {
+		t.Fatalf("--experimental-enable-grpc-logging logged no Status call:\n%s", out.String())
+	}
+	run("OK", "put", "ord", "1")
+	run("ord\n1", "get", "ord", "--consistency=s") // not cached: to the member, under --experimental-serializable-ordering
 	poll.UntilNil(t, "member list through the proxy to list the registered proxy", func() error {
 		r := ctl.Run("", "member", "list")
 		if r.Code != 0 || !strings.Contains(r.Stdout, addr) || strings.Contains(r.Stdout, eps[0]) {

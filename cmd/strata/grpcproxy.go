@@ -191,6 +191,9 @@ func (f *grpcProxyFlags) config(lg *slog.Logger) (grpcproxy.Config, error) {
 		MetricsAddr: f.metricsAddr, MaxSendBytes: f.maxSend, MaxRecvBytes: f.maxRecv,
 		DialKeepAliveTime: f.dialKeepAliveTime, DialKeepAliveTimeout: f.dialKeepAliveTO,
 		PermitWithoutStream: f.permitWithoutStream, Logger: lg,
+		SerializableOrdering: f.ordering, LogRequests: f.grpcLogging,
+		MaxConcurrentStreams: uint32(min(f.maxStreams, math.MaxUint32)),
+		KeepAliveInterval:    f.keepAlive, KeepAliveTimeout: f.keepAliveTO,
 	}
 	cfg.Endpoints = f.endpoints.list
 	if f.discoverySRV != "" {

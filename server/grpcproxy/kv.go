@@ -72,6 +72,24 @@ func (p *Proxy) forwardKV(ss grpc.ServerStream, method string) error {
 		if err := call(req, resp); err != nil {
 			return err
 		}
+		if p.cfg.SerializableOrdering {
+			if req.Serializable && resp.GetHeader().GetRevision() < p.lastRev.Load() {
+				// The member is behind what this proxy already
+				// returned: ask again linearizably.
+				lin := proto.Clone(req).(*pb.RangeRequest)
+				lin.Serializable = false
+				resp = &pb.RangeResponse{}
+				if err := call(lin, resp); err != nil {
+					return err
+				}
+			}
+			for r := resp.GetHeader().GetRevision(); ; r = resp.GetHeader().GetRevision() {
+				old := p.lastRev.Load()
+				if r <= old || p.lastRev.CompareAndSwap(old, r) {
+					break
+				}
+			}
+		}
 		// Kept as the answer to the serializable form of the request.
 		key := proto.Clone(req).(*pb.RangeRequest)
 		key.Serializable = true

@@ -34,6 +34,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,6 +72,21 @@ type Config struct {
 	DialKeepAliveTime    time.Duration
 	DialKeepAliveTimeout time.Duration
 	PermitWithoutStream  bool
+	// SerializableOrdering (--experimental-serializable-ordering): a
+	// serializable range never answers from a revision older than one
+	// this proxy already returned; one that would is answered by a
+	// linearizable read instead.
+	SerializableOrdering bool
+	// LogRequests (--experimental-enable-grpc-logging) logs every call
+	// with its method, duration and outcome.
+	LogRequests bool
+	// MaxConcurrentStreams bounds the streams of one client connection
+	// (--max-concurrent-streams).
+	MaxConcurrentStreams uint32
+	// KeepAliveInterval and KeepAliveTimeout (--grpc-keepalive-interval,
+	// --grpc-keepalive-timeout): a client connection idle that long is
+	// pinged, and closed when the ping is not answered in time.
+	KeepAliveInterval, KeepAliveTimeout time.Duration
 	// ClientTLS is for the connection to the members (--cert, --key,
 	// --cacert, --insecure-skip-tls-verify); nil is plaintext.
 	ClientTLS *tls.Config
@@ -91,7 +107,9 @@ type Proxy struct {
 	metrics  *http.Server
 	reg      *prometheus.Registry
 	m        *metrics
-	ns       *namespace // --namespace, or nil
+	h2       *http2.Server
+	lastRev  atomic.Int64 // the highest revision a range returned (ordering)
+	ns       *namespace   // --namespace, or nil
 	cache    *rangeCache
 	kvm      *kvMetrics
 	watch    *watchProxy
@@ -186,9 +204,12 @@ func New(cfg Config) (*Proxy, error) {
 		}
 		mux.ServeHTTP(w, r)
 	})
+	h2 := &http2.Server{MaxConcurrentStreams: cfg.MaxConcurrentStreams,
+		ReadIdleTimeout: cfg.KeepAliveInterval, PingTimeout: cfg.KeepAliveTimeout}
+	p.h2 = h2
 	h := http.Handler(both)
 	if cfg.ServerTLS == nil {
-		h = h2c.NewHandler(both, &http2.Server{})
+		h = h2c.NewHandler(both, h2)
 	}
 	p.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, TLSConfig: cfg.ServerTLS}
 	if cfg.MetricsAddr != "" {
@@ -220,7 +241,7 @@ func (p *Proxy) Serve(l net.Listener) error {
 	p.lg.Info("started gRPC proxy", "address", l.Addr().String())
 	var err error
 	if p.cfg.ServerTLS != nil {
-		if err := http2.ConfigureServer(p.http, &http2.Server{}); err != nil {
+		if err := http2.ConfigureServer(p.http, p.h2); err != nil {
 			return err
 		}
 		err = p.http.Serve(tls.NewListener(l, p.http.TLSConfig))
@@ -297,10 +318,16 @@ var streamBoth = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
 // forward carries one client call of any method the proxy does not
 // implement to the upstream member, frame by frame both ways, with its
 // metadata, headers, trailers and final status.
-func (p *Proxy) forward(_ any, ss grpc.ServerStream) error {
+func (p *Proxy) forward(_ any, ss grpc.ServerStream) (err error) {
 	method, ok := grpc.MethodFromServerStream(ss)
 	if !ok {
 		return errors.New("grpc-proxy: no method")
+	}
+	if p.cfg.LogRequests {
+		start := time.Now()
+		defer func() {
+			p.lg.Info("grpc request", "method", method, "took", time.Since(start).String(), "code", status.Code(err).String())
+		}()
 	}
 	if kvMethods[method] {
 		return p.forwardKV(ss, method)
