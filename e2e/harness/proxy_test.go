@@ -135,18 +135,23 @@ func TestProxyLearnsSourcePerRequest(t *testing.T) {
 	if got := be.requests(); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("the member saw\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if s := n.Stats(Unknown, "b"); s.Forwarded != int64(len(probeReq)) {
-		t.Errorf("?→b: %v, want %d bytes forwarded", s, len(probeReq))
-	}
-	if s := n.Stats("a", "b"); s.Forwarded != int64(len(lengthReq)+len(chunkedReq)) || s.Conns != 1 {
-		t.Errorf("a→b: %v, want %d bytes forwarded on 1 connection", s, len(lengthReq)+len(chunkedReq))
-	}
-	if s := n.Stats("b", Unknown); s.Forwarded == 0 {
-		t.Errorf("b→?: %v, want the probe's answer", s)
-	}
-	if s := n.Stats("b", "a"); s.Forwarded == 0 {
-		t.Errorf("b→a: %v, want the answers", s)
-	}
+	// The proxy counts a write once it returns, which can be after the
+	// member has read the bytes and answered.
+	poll.UntilNil(t, "the proxy to count every byte it forwarded", func() error {
+		if s := n.Stats(Unknown, "b"); s.Forwarded != int64(len(probeReq)) {
+			return fmt.Errorf("?→b: %v, want %d bytes forwarded", s, len(probeReq))
+		}
+		if s := n.Stats("a", "b"); s.Forwarded != int64(len(lengthReq)+len(chunkedReq)) || s.Conns != 1 {
+			return fmt.Errorf("a→b: %v, want %d bytes forwarded on 1 connection", s, len(lengthReq)+len(chunkedReq))
+		}
+		if s := n.Stats("b", Unknown); s.Forwarded == 0 {
+			return fmt.Errorf("b→?: %v, want the probe's answer", s)
+		}
+		if s := n.Stats("b", "a"); s.Forwarded == 0 {
+			return fmt.Errorf("b→a: %v, want the answers", s)
+		}
+		return nil
+	})
 	if s := n.Stats(Any, Any); s.Dropped != 0 || s.Resets != 0 || s.Delayed != 0 {
 		t.Errorf("no fault was set, yet: %v", s)
 	}
