@@ -10,7 +10,7 @@ DATA_DIR ?= default.strata
 FUZZTIME ?= 30s
 
 .PHONY: all build run test unit fuzz fuzz-long bench bench-engine bench-readpath bench-compare bench-stratabench vet fmt-check clean e2e e2e-bin disk-check disk-check-short
-.PHONY: etcd-src testguard testguard-test fulldisk fulldisk-long robustness slow-follower etcd-e2e etcd-e2e-short linearizability linearizability-long scale-long powerloss-long proxy-diff
+.PHONY: etcd-src testguard testguard-test fulldisk fulldisk-long robustness slow-follower etcd-e2e etcd-e2e-short linearizability linearizability-long scale-long powerloss-long proxy-diff k8s-chart
 
 # make e2e runs every differential scenario (e2e/scenarios_*_test.go)
 # against real etcd 3.7; E2E_SCENARIOS=kv|watch runs only TestDiff's kv and
@@ -186,6 +186,16 @@ scale-long: build e2e-bin testguard
 # cluster (the leader about a third of the time) and 60 cuts inside a
 # compaction or an online defrag (make test runs 40, 8, 8 and 12).
 # POWER-LOSS lines give the counts.
+# The Helm chart (deploy/helm/strata): helm built from the Go module
+# proxy (once, into ~/.cache), then helm lint and the rendering checks of
+# e2e/helm_test.go. Not in make test: the helm build takes minutes.
+HELM_VERSION ?= v3.22.0
+HELM_BIN := $(HOME)/.cache/strata-tools/helm-$(HELM_VERSION)/helm
+k8s-chart: testguard
+	@test -x $(HELM_BIN) || (mkdir -p $(dir $(HELM_BIN)) && GOBIN=$(dir $(HELM_BIN)) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION))
+	cd e2e && set -o pipefail && STRATA_HELM=$(HELM_BIN) $(GO) test -tags helm -json -count=1 -run '^TestHelmChart$$' . | \
+		$(GUARD) -show '^(--- |    --- )|HELM:'
+
 # The whole grpc-proxy differential (e2e TestProxyDiff): make test runs
 # it without the auth scenario and two of the namespaced reruns.
 proxy-diff: build e2e-bin testguard
