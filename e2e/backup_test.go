@@ -18,9 +18,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"github.com/strata-db/strata/e2e/harness"
 	"github.com/strata-db/strata/internal/poll"
 	"github.com/strata-db/strata/tools"
@@ -41,11 +38,7 @@ func TestScheduledBackups(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Stop()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.ClientURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := memberClient(t, srv)
 
 	// A writer runs the whole time the saves do.
 	stop := make(chan struct{})

@@ -200,13 +200,7 @@ func TestPowerLossCycles(t *testing.T) {
 		}
 		pc.cut(t, cycle)
 		// The reboot: the member must start on what the disk kept.
-		m := startWithArgs(t, args, client)
-		rr, err := m.kv.Range(context.Background(), &pb.RangeRequest{Key: []byte("k"), RangeEnd: []byte("l")})
-		if err != nil {
-			t.Fatalf("cycle %d: range after the power loss: %v", cycle, err)
-		}
-		log.verify(t, cycle, int64(at.At), rr)
-		m.stop(t)
+		rebootOneMember(t, args, client, log, cycle, int64(at.At))
 	}
 	points, err := plan.Summary()
 	t.Logf("POWER-LOSS server: %d cycles (%d started before the cut); cuts: %s; %d puts acknowledged, 0 lost, revision never went back (%d at the end); every restart started",
@@ -415,13 +409,7 @@ func TestPowerLossDuringMaintenance(t *testing.T) {
 		m.conn.Close()
 		_ = s.Stop()
 		pc.cut(t, cycle)
-		r := startWithArgs(t, args, client)
-		rr, err := r.kv.Range(context.Background(), &pb.RangeRequest{Key: []byte("k"), RangeEnd: []byte("l")})
-		if err != nil {
-			t.Fatalf("cycle %d: range after the power loss: %v", cycle, err)
-		}
-		log.verify(t, cycle, pc.at.Load(), rr)
-		r.stop(t)
+		rebootOneMember(t, args, client, log, cycle, pc.at.Load())
 	}
 	t.Logf("POWER-LOSS maintenance: %d cycles, cut inside the operation: compaction %d, defrag %d (the rest just after it); %d puts acknowledged, 0 lost, revision never went back (%d)",
 		cycles, cutInside["compaction"], cutInside["defrag"], log.puts, log.maxRev)
@@ -541,6 +529,20 @@ func TestMemberPowerLossInCluster(t *testing.T) {
 	}
 	t.Logf("POWER-LOSS member-in-cluster: %d cycles (the cut member led when its power went %d times), %d puts acknowledged, 0 lost; the member started and caught up every time",
 		cycles, leaders, log.puts)
+}
+
+// rebootOneMember starts a single member on what its disk kept after a
+// power loss (it must start) and checks its keys against the writer's
+// log: every acknowledged put there, the revision never gone back.
+func rebootOneMember(t *testing.T, args []string, client string, log *ackLog, cycle int, crashAt int64) {
+	t.Helper()
+	m := startWithArgs(t, args, client)
+	defer m.stop(t)
+	rr, err := m.kv.Range(context.Background(), &pb.RangeRequest{Key: []byte("k"), RangeEnd: []byte("l")})
+	if err != nil {
+		t.Fatalf("cycle %d: range after the power loss: %v", cycle, err)
+	}
+	log.verify(t, cycle, crashAt, rr)
 }
 
 // rebootedMatches checks a cluster member that rebooted after its power
