@@ -6,6 +6,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime"
@@ -24,7 +25,18 @@ func run() int {
 	if len(os.Args) > 1 && os.Args[1] == "grpc-proxy" {
 		return runGRPCProxy(os.Args[2:], os.Stdout, os.Stderr)
 	}
-	cfg, err := config.Parse(os.Args[1:], os.Environ(), os.Stderr)
+	if len(os.Args) > 1 && os.Args[1] == "statefulset" {
+		return runStatefulSet(os.Args[2:], os.Stdout, os.Stderr)
+	}
+	return runMember(os.Args[1:], nil)
+}
+
+// runMember parses the member's flags and serves until a signal or a
+// fatal error. prepare, when given, runs between parsing and starting
+// (the StatefulSet mode decides the bootstrap there) and may return a
+// function to run once the member serves.
+func runMember(args []string, prepare func(*config.Config, *slog.Logger) (func(*server.Server), error)) int {
+	cfg, err := config.Parse(args, os.Environ(), os.Stderr)
 	if err != nil {
 		if errors.Is(err, config.ErrHelp) {
 			fmt.Print(config.Help())
@@ -44,6 +56,13 @@ func run() int {
 		return 1
 	}
 	defer closeLog()
+	var serving func(*server.Server)
+	if prepare != nil {
+		if serving, err = prepare(cfg, lg); err != nil {
+			lg.Error("failed to prepare the member", "error", err)
+			return 1
+		}
+	}
 	// etcd's start-up line with the whole effective configuration, which
 	// operators and tools grep for; Strata's own version at its end.
 	cfg.LogStart(lg, server.MemberInitialized(cfg), "strata-version", server.Version)
@@ -56,6 +75,9 @@ func run() int {
 		lg.Error("failed to serve clients", "error", err)
 		s.Stop()
 		return 1
+	}
+	if serving != nil {
+		go serving(s)
 	}
 	sigc := make(chan os.Signal, 2)
 	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)

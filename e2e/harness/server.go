@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,6 +57,9 @@ type ServerConfig struct {
 	// Cluster); the default is this member alone. Ports are then fixed:
 	// they are in the other members' flags.
 	InitialCluster string
+	// Subcommand, when set, comes before the flags ("statefulset",
+	// "start"): a member started through one of strata's entry points.
+	Subcommand []string
 	// AdvertisePeerURL, when set, is --initial-advertise-peer-urls (and
 	// this member's URL in the default --initial-cluster) while the
 	// member still listens on PeerURL: the URL of a proxy in front of the
@@ -183,18 +187,18 @@ func (s *Server) Args() []string {
 	if s.cfg.InitialCluster != "" {
 		initial = s.cfg.InitialCluster
 	}
-	args := []string{
-		"--name=" + s.cfg.Name,
-		"--data-dir=" + s.DataDir,
-		"--listen-client-urls=" + s.ClientURL,
-		"--advertise-client-urls=" + s.ClientURL,
-		"--listen-peer-urls=" + s.PeerURL,
-		"--initial-advertise-peer-urls=" + s.AdvertisePeerURL,
-		"--initial-cluster=" + initial,
-		"--initial-cluster-token=" + ClusterToken,
+	args := append(slices.Clone(s.cfg.Subcommand),
+		"--name="+s.cfg.Name,
+		"--data-dir="+s.DataDir,
+		"--listen-client-urls="+s.ClientURL,
+		"--advertise-client-urls="+s.ClientURL,
+		"--listen-peer-urls="+s.PeerURL,
+		"--initial-advertise-peer-urls="+s.AdvertisePeerURL,
+		"--initial-cluster="+initial,
+		"--initial-cluster-token="+ClusterToken,
 		"--initial-cluster-state=new",
-		"--listen-metrics-urls=" + s.MetricsURL,
-	}
+		"--listen-metrics-urls="+s.MetricsURL,
+	)
 	return append(args, s.cfg.Flags...)
 }
 
