@@ -10,7 +10,7 @@ DATA_DIR ?= default.strata
 FUZZTIME ?= 30s
 
 .PHONY: all build run test unit fuzz fuzz-long bench bench-engine bench-readpath bench-compare bench-stratabench vet fmt-check clean e2e e2e-bin disk-check disk-check-short
-.PHONY: etcd-src testguard testguard-test fulldisk fulldisk-long robustness slow-follower etcd-e2e etcd-e2e-short linearizability linearizability-long scale-long powerloss-long proxy-diff k8s-chart
+.PHONY: etcd-src testguard testguard-test fulldisk fulldisk-long robustness slow-follower etcd-e2e etcd-e2e-short linearizability linearizability-long scale-long powerloss-long proxy-diff k8s-chart k8s
 
 # make e2e runs every differential scenario (e2e/scenarios_*_test.go)
 # against real etcd 3.7; E2E_SCENARIOS=kv|watch runs only TestDiff's kv and
@@ -186,11 +186,28 @@ scale-long: build e2e-bin testguard
 # cluster (the leader about a third of the time) and 60 cuts inside a
 # compaction or an online defrag (make test runs 40, 8, 8 and 12).
 # POWER-LOSS lines give the counts.
-# The Helm chart (deploy/helm/strata): helm built from the Go module
-# proxy (once, into ~/.cache), then helm lint and the rendering checks of
-# e2e/helm_test.go. Not in make test: the helm build takes minutes.
+# Kubernetes (deploy/helm/strata): helm, kube-apiserver and kubectl built
+# from the Go module proxy (once, into ~/.cache; e2e/kubebuild pins the
+# Kubernetes release), then e2e TestHelmChart (lint, rendering),
+# TestKubeAPIServer (a kube-apiserver on a Strata member accepts every
+# rendered object on kubectl apply --dry-run=server; the scale-down hook
+# reads the StatefulSet through the chart's RBAC) and TestContainerImage
+# (skips where no container builder exists). Not in make test: the
+# builds take about 8 minutes. make test runs TestStatefulSetScale, the
+# scale logic that needs no Kubernetes.
 HELM_VERSION ?= v3.22.0
 HELM_BIN := $(HOME)/.cache/strata-tools/helm-$(HELM_VERSION)/helm
+KUBE_VERSION := $(shell sed -n 's/^require k8s.io\/kubernetes //p' e2e/kubebuild/go.mod)
+KUBE_DIR := $(HOME)/.cache/strata-tools/kubernetes-$(KUBE_VERSION)
+k8s: build e2e-bin testguard
+	@test -x $(HELM_BIN) || (mkdir -p $(dir $(HELM_BIN)) && GOBIN=$(dir $(HELM_BIN)) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION))
+	@test -x $(KUBE_DIR)/kube-apiserver -a -x $(KUBE_DIR)/kubectl || (mkdir -p $(KUBE_DIR) && \
+		cd e2e/kubebuild && $(GO) build -o $(KUBE_DIR)/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl)
+	cd e2e && set -o pipefail && STRATA_HELM=$(HELM_BIN) STRATA_KUBE_BIN=$(KUBE_DIR) STRATA_E2E_TARGET=../bin/strata \
+		$(GO) test -tags helm,kube -json -count=1 -timeout 10m -run '^(TestHelmChart|TestKubeAPIServer|TestContainerImage)$$' . | \
+		$(GUARD) -show '^(--- |    --- )|HELM:|KUBE:|IMAGE:|SKIP'
+
+# The chart's rendering checks alone (helm only).
 k8s-chart: testguard
 	@test -x $(HELM_BIN) || (mkdir -p $(dir $(HELM_BIN)) && GOBIN=$(dir $(HELM_BIN)) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION))
 	cd e2e && set -o pipefail && STRATA_HELM=$(HELM_BIN) $(GO) test -tags helm -json -count=1 -run '^TestHelmChart$$' . | \

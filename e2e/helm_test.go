@@ -54,7 +54,8 @@ func TestHelmChart(t *testing.T) {
 				objs[kind+"/"+name] = o
 			}
 		}
-		for _, want := range []string{"StatefulSet/db", "Service/db", "Service/db-headless", "PodDisruptionBudget/db"} {
+		for _, want := range []string{"StatefulSet/db", "Service/db", "Service/db-headless", "PodDisruptionBudget/db",
+			"ServiceAccount/db", "Role/db", "RoleBinding/db"} {
 			if objs[want] == nil {
 				t.Fatalf("%d members: no %s in the rendered chart", n, want)
 			}
@@ -68,8 +69,19 @@ func TestHelmChart(t *testing.T) {
 			t.Fatalf("statefulset spec: replicas %v, policy %v", spec["replicas"], spec["podManagementPolicy"])
 		}
 		c := spec["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+		// The scale logic: the pod starts through 'strata statefulset
+		// start' and leaves on a scale-down in its preStop hook, which
+		// repeats the member's flags.
+		args := c["args"].([]any)
+		if len(args) < 2 || args[0] != "statefulset" || args[1] != "start" {
+			t.Fatalf("%d members: the container does not start through 'statefulset start': %v", n, args[:2])
+		}
+		hook := c["lifecycle"].(map[string]any)["preStop"].(map[string]any)["exec"].(map[string]any)["command"].([]any)
+		if len(hook) < 4 || hook[1] != "statefulset" || hook[2] != "stop" || fmt.Sprint(hook[4:]) != fmt.Sprint(args[2:]) {
+			t.Fatalf("%d members: preStop %v does not run 'statefulset stop' with the member's flags %v", n, hook, args[2:])
+		}
 		var initial string
-		for _, a := range c["args"].([]any) {
+		for _, a := range args {
 			if s := a.(string); strings.HasPrefix(s, "--initial-cluster=") {
 				initial = strings.TrimPrefix(s, "--initial-cluster=")
 			}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -57,6 +58,11 @@ func runStatefulSet(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if args[0] == "stop" {
+		// The kubelet expands $(VAR) in a container's args but not in a
+		// lifecycle hook's command, which repeats the member's flags.
+		for i, a := range rest {
+			rest[i] = expandKubeVars(a)
+		}
 		return statefulsetStop(kube, rest, stderr)
 	}
 	if kube != (statefulset.Kube{}) {
@@ -143,4 +149,18 @@ func kubeFlags(args []string) (statefulset.Kube, []string, error) {
 		*dst = val
 	}
 	return k, rest, nil
+}
+
+var kubeVar = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
+
+// expandKubeVars replaces $(NAME) with the environment variable NAME, as
+// the kubelet does for a container's args; an unset variable stays as
+// written.
+func expandKubeVars(s string) string {
+	return kubeVar.ReplaceAllStringFunc(s, func(m string) string {
+		if v, ok := os.LookupEnv(m[2 : len(m)-1]); ok {
+			return v
+		}
+		return m
+	})
 }

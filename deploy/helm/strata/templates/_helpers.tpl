@@ -29,3 +29,30 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- join "," $members -}}
 {{- end -}}
+
+{{/* The member's flags (etcd's spelling), for the start and for the preStop hook. */}}
+{{- define "strata.memberArgs" -}}
+- --name=$(POD_NAME)
+- --data-dir=/var/lib/strata/data
+- --listen-client-urls={{ include "strata.scheme" . }}://0.0.0.0:2379
+- --advertise-client-urls={{ include "strata.scheme" . }}://$(POD_NAME).{{ include "strata.headless" . }}.{{ .Release.Namespace }}.svc:2379
+- --listen-peer-urls={{ include "strata.scheme" . }}://0.0.0.0:2380
+- --initial-advertise-peer-urls={{ include "strata.scheme" . }}://$(POD_NAME).{{ include "strata.headless" . }}.{{ .Release.Namespace }}.svc:2380
+- --initial-cluster={{ include "strata.initialCluster" . }}
+- --initial-cluster-token={{ .Values.clusterToken | default (include "strata.fullname" .) }}
+- --initial-cluster-state=new
+- --listen-metrics-urls=http://0.0.0.0:2381
+{{- if .Values.tls.enabled }}
+- --cert-file=/etc/strata/tls/tls.crt
+- --key-file=/etc/strata/tls/tls.key
+- --trusted-ca-file=/etc/strata/tls/ca.crt
+- --client-cert-auth
+- --peer-cert-file=/etc/strata/tls/tls.crt
+- --peer-key-file=/etc/strata/tls/tls.key
+- --peer-trusted-ca-file=/etc/strata/tls/ca.crt
+- --peer-client-cert-auth
+{{- end }}
+{{- range .Values.extraArgs }}
+- {{ . }}
+{{- end }}
+{{- end -}}
