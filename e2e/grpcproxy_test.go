@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -193,6 +194,72 @@ func TestGRPCProxy(t *testing.T) {
 	put("v2")
 	waitAll(2)
 
+	// Lease keep-alives of the 20 clients (each its own connection and
+	// lessor stream; all keep one shared lease alive, each its own too):
+	// one keep-alive stream upstream.
+	gctx, gcancel := context.WithTimeout(ctx, poll.Deadline)
+	shared, err := clis[0].Grant(gctx, 10)
+	gcancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kaMu sync.Mutex
+	kaSeen := make([]int, clients) // keep-alive answers per client
+	for i, cli := range clis {
+		gctx, gcancel := context.WithTimeout(ctx, poll.Deadline)
+		own, err := cli.Grant(gctx, 10)
+		gcancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []clientv3.LeaseID{shared.ID, own.ID} {
+			ch, err := cli.KeepAlive(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				for r := range ch {
+					if r.TTL > 0 {
+						kaMu.Lock()
+						kaSeen[i]++
+						kaMu.Unlock()
+					}
+				}
+			}()
+		}
+	}
+	counter := func(name, side string) float64 {
+		m, err := harness.ScrapeMetrics(metrics)
+		if err != nil || m[name] == nil {
+			return -1
+		}
+		v, _ := m[name].Find(name, map[string]string{"side": side})
+		return v
+	}
+	kaAnswered := func(min func(i int) int) error {
+		kaMu.Lock()
+		defer kaMu.Unlock()
+		for i, n := range kaSeen {
+			if n < min(i) {
+				return fmt.Errorf("client %d: %d keep-alive answers", i, n)
+			}
+		}
+		return nil
+	}
+	poll.UntilNil(t, "20 clients' keep-alive streams to share one upstream stream", func() error {
+		if cs, up := gauge("strata_grpc_proxy_lease_keepalive_client_streams"), gauge("strata_grpc_proxy_upstream_lease_keepalive_streams"); cs != clients || up != 1 {
+			return fmt.Errorf("client streams %v, upstream streams %v", cs, up)
+		}
+		return kaAnswered(func(int) int { return 2 })
+	})
+	kaClient, kaUp := counter("strata_grpc_proxy_lease_keepalive_requests_total", "client"), counter("strata_grpc_proxy_lease_keepalive_requests_total", "upstream")
+	if kaUp < 1 || kaUp > kaClient {
+		t.Fatalf("keep-alive requests: %v from clients, %v upstream", kaClient, kaUp)
+	}
+	kaMu.Lock()
+	kaBefore := slices.Clone(kaSeen)
+	kaMu.Unlock()
+
 	// Kill the member the proxy uses (the first endpoint answers first).
 	if err := c.Members[0].Kill(); err != nil {
 		t.Fatal(err)
@@ -206,6 +273,13 @@ func TestGRPCProxy(t *testing.T) {
 		retries += r
 	}
 	waitAll(10)
+	// The keep-alives go on through another member, on one stream again.
+	poll.UntilNil(t, "keep-alives answered again after the member died", func() error {
+		if up := gauge("strata_grpc_proxy_upstream_lease_keepalive_streams"); up != 1 {
+			return fmt.Errorf("upstream keep-alive streams %v", up)
+		}
+		return kaAnswered(func(i int) int { return kaBefore[i] + 2 })
+	})
 	if !strings.Contains(out.String(), "watch stream to the member lost") {
 		t.Fatal("the proxy never lost its watch stream: the killed member was not the one it used")
 	}
@@ -218,8 +292,8 @@ func TestGRPCProxy(t *testing.T) {
 	}
 	mu.Unlock()
 	cancel()
-	t.Logf("GRPC-PROXY: etcdctl put/get/txn/lease/endpoint/member list through the proxy; serializable ranges served from the proxy's cache until a write through it; %d watchers on one key from %d clients shared 1 upstream watch; after a SIGKILL of the member in use %d puts needed %d retries in all, every watcher saw all 10 events once, in order",
-		clients*perClient, clients, 8, retries)
+	t.Logf("GRPC-PROXY: etcdctl put/get/txn/lease/endpoint/member list through the proxy; serializable ranges served from the proxy's cache until a write through it; %d watchers on one key from %d clients shared 1 upstream watch; %d clients' lease keep-alive streams (%d leases) shared 1 upstream stream, %.0f keep-alive requests from clients became %.0f upstream; after a SIGKILL of the member in use %d puts needed %d retries in all, every watcher saw all 10 events once, in order, and keep-alives went on through another member",
+		clients*perClient, clients, clients, clients+1, kaClient, kaUp, 8, retries)
 }
 
 // syncBuffer is a bytes.Buffer safe for a process's output and a reader.

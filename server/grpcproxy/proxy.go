@@ -4,12 +4,15 @@
 // Every client RPC is forwarded to one upstream member over one gRPC
 // connection, as raw protobuf frames with the caller's metadata (auth
 // token, leader requirement), so each service behaves exactly as the
-// member does, streaming ones included. Three things are the proxy's
+// member does, streaming ones included. Four things are the proxy's
 // own:
 //
 //   - Watch coalescing (watch.go): watchers of the same range that start
 //     at the current revision, from any client, share one upstream watch,
 //     whose events the proxy fans out.
+//   - Lease keep-alive coalescing (lease.go): the keep-alive streams of
+//     all clients with the same credentials share one upstream stream,
+//     and concurrent keep-alives of one lease become one request.
 //   - Cluster.MemberList (cluster.go) lists the proxies, as etcd's does:
 //     those registered under --resolver-prefix, or this one.
 //   - Endpoints: the upstream connection picks the first endpoint that
@@ -113,6 +116,7 @@ type Proxy struct {
 	cache    *rangeCache
 	kvm      *kvMetrics
 	watch    *watchProxy
+	leases   *leaseProxy
 	cluster  *clusterProxy
 	mu       sync.Mutex
 	eps      []string
@@ -174,6 +178,7 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	p.cc = cc
 	p.watch = newWatchProxy(p)
+	p.leases = newLeaseProxy(p)
 	p.cluster = newClusterProxy(p)
 
 	sopts := []grpc.ServerOption{
@@ -331,6 +336,9 @@ func (p *Proxy) forward(_ any, ss grpc.ServerStream) (err error) {
 	}
 	if kvMethods[method] {
 		return p.forwardKV(ss, method)
+	}
+	if method == "/etcdserverpb.Lease/LeaseKeepAlive" {
+		return p.leases.keepAlive(ss)
 	}
 	if p.ns != nil {
 		if rw, ok := nsMethods[method]; ok {
