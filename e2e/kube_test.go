@@ -17,7 +17,6 @@ package e2e
 //     refused, and a deleted StatefulSet removes nothing.
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -195,18 +194,7 @@ func writeTemp(t *testing.T, name, content string) string {
 
 // operatorCRD is a CRD file of Prometheus Operator's module.
 func operatorCRD(t *testing.T, file string) string {
-	cmd := exec.Command("go", "mod", "download", "-json", "github.com/prometheus-operator/prometheus-operator@v0.85.0")
-	cmd.Dir = t.TempDir()
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GO111MODULE=on")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go mod download prometheus-operator (its CRDs): %v\n%s", err, out)
-	}
-	var m struct{ Dir string }
-	if err := json.Unmarshal(out, &m); err != nil || m.Dir == "" {
-		t.Fatalf("go mod download prometheus-operator: %v\n%s", err, out)
-	}
-	return filepath.Join(m.Dir, "example", "prometheus-operator-crd", file)
+	return filepath.Join(moduleDir(t, "github.com/prometheus-operator/prometheus-operator@v0.85.0"), "example", "prometheus-operator-crd", file)
 }
 
 func TestKubeAPIServer(t *testing.T) {

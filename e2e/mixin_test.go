@@ -28,18 +28,26 @@ const mixinModule = "go.etcd.io/etcd/v3@v3.6.8"
 // returns its contrib/mixin directory.
 func mixinDir(t *testing.T) string {
 	t.Helper()
-	cmd := exec.Command("go", "mod", "download", "-json", mixinModule)
+	return filepath.Join(moduleDir(t, mixinModule), "contrib", "mixin")
+}
+
+// moduleDir downloads module@version through the module proxy (for the
+// files it ships: the etcd mixin, Prometheus Operator's CRDs) and returns
+// its directory.
+func moduleDir(t *testing.T, module string) string {
+	t.Helper()
+	cmd := exec.Command("go", "mod", "download", "-json", module)
 	cmd.Dir = t.TempDir()
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GO111MODULE=on")
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go mod download %s (the etcd mixin's sources): %v\n%s", mixinModule, err, out)
+		t.Fatalf("go mod download %s: %v\n%s", module, err, out)
 	}
 	var m struct{ Dir string }
 	if err := json.Unmarshal(out, &m); err != nil || m.Dir == "" {
-		t.Fatalf("go mod download %s: %v\n%s", mixinModule, err, out)
+		t.Fatalf("go mod download %s: %v\n%s", module, err, out)
 	}
-	return filepath.Join(m.Dir, "contrib", "mixin")
+	return m.Dir
 }
 
 var reMixinMetric = regexp.MustCompile(`\b((?:etcd|grpc|process)_[a-z_]+?)(_bucket|_sum|_count)?\s*[{\[(]`)

@@ -344,7 +344,7 @@ scrape_configs:
 	// Forced leader moves. The leader-change alert's subquery samples
 	// each whole minute, so it can only see the moves once it has a
 	// sample from before them: wait for that first.
-	p.within(2*time.Minute, "a minute-aligned sample of the leader changes before the moves", func() error {
+	poll.UntilNilWithin(t, 2*time.Minute, time.Second, "a minute-aligned sample of the leader changes before the moves", func() error {
 		r, err := p.query(`count_over_time((max without (instance) (etcd_server_leader_changes_seen_total{job="etcd"}))[15m:1m])`)
 		if err != nil {
 			return err
@@ -414,7 +414,7 @@ scrape_configs:
 	// The subquery of the leader-change alert samples each whole minute:
 	// it fires once a minute boundary follows the moves (and its hold).
 	start := time.Now()
-	p.within(3*time.Minute, "etcdHighNumberOfLeaderChanges to fire", func() error {
+	poll.UntilNilWithin(t, 3*time.Minute, time.Second, "etcdHighNumberOfLeaderChanges to fire", func() error {
 		f, err := p.firing()
 		if err != nil {
 			return err
@@ -428,24 +428,6 @@ scrape_configs:
 	t.Logf("PROMETHEUS: etcdHighNumberOfLeaderChanges fired %.0fs after the moves", time.Since(start).Seconds())
 	t.Logf("PROMETHEUS: %d mixin alerts loaded and evaluated without error, %d metrics they name all present; %d dashboard queries all returned data; %d leader moves",
 		alerts, len(names), len(queries), moves)
-}
-
-// within polls check every second until it returns nil, failing the
-// test after d: poll.UntilNil's bound is too short for expressions that
-// look at whole minutes.
-func (p *prom) within(d time.Duration, what string, check func() error) {
-	p.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("timed out after %v waiting for %s: %v", d, what, err)
-		}
-		time.Sleep(time.Second)
-	}
 }
 
 // dashboardQueries are the expressions of every panel target.

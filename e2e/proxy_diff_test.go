@@ -126,7 +126,7 @@ func TestProxyDiff(t *testing.T) {
 				}
 				ra, rb := proxyNorm(a.exec(t, st)), proxyNorm(bb.exec(t, st))
 				if proxySortLines[st.name] || listsLeases(st) {
-					ra, rb = sortedLines(ra), sortedLines(rb)
+					ra, rb = sortedLines(sortedJSONLeases(ra)), sortedLines(sortedJSONLeases(rb))
 				}
 				why, ok := proxyKnownDiffs[st.name]
 				if strings.Contains(ra, "invalid auth token") && !strings.Contains(rb, "invalid auth token") {
@@ -228,6 +228,25 @@ func listsLeases(st step) bool {
 		}
 	}
 	return false
+}
+
+var reJSONLeases = regexp.MustCompile(`"leases":\[([^\]]*)\]`)
+
+// sortedJSONLeases sorts the entries of `lease list -w json`'s leases
+// array, the one-line form of what sortedLines does for the table.
+func sortedJSONLeases(s string) string {
+	return reJSONLeases.ReplaceAllStringFunc(s, func(m string) string {
+		inner := reJSONLeases.FindStringSubmatch(m)[1]
+		if inner == "" {
+			return m
+		}
+		entries := strings.Split(inner, "},{")
+		for i := range entries {
+			entries[i] = strings.Trim(entries[i], "{}")
+		}
+		sort.Strings(entries)
+		return `"leases":[{` + strings.Join(entries, "},{") + `}]`
+	})
 }
 
 func sortedLines(s string) string {

@@ -32,16 +32,24 @@ func Until(t testing.TB, what string, cond func() bool) {
 // still missing).
 func UntilNil(t testing.TB, what string, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(Deadline)
+	UntilNilWithin(t, Deadline, time.Millisecond, what, check)
+}
+
+// UntilNilWithin is UntilNil with its own bound and interval, for a
+// condition that depends on a clock outside the test (a Prometheus rule
+// that looks at whole minutes) and so cannot hold within Deadline.
+func UntilNilWithin(t testing.TB, bound, every time.Duration, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
 	for {
 		err := check()
 		if err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s: %v", Deadline, what, err)
+			t.Fatalf("timed out after %v waiting for %s: %v", bound, what, err)
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(every)
 	}
 }
 
