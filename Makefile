@@ -106,7 +106,7 @@ e2e-bin:
 e2e: build e2e-bin testguard
 	cd e2e && $(GO) vet ./... && set -o pipefail && \
 		STRATA_E2E_TARGET=../bin/strata $(GO) test -json -count=1 -timeout 25m $(if $(E2E_SCENARIOS),-run 'TestDiff/^($(E2E_SCENARIOS))$$') ./... | \
-		$(GUARD) -show '^(=== RUN|--- |    --- )|steps,|FULL-DISK|SLOW-FOLLOWER|PARTITION |^LIN |^WATCH |SRV: |GATEWAY |GRPC-PROXY: |PROXY-DIFF |MIXIN: |DASHBOARD: |BACKUP: |^SCALE|RESTORE-GROW|STATEFULSET: '
+		$(GUARD) -show '^(=== RUN|--- |    --- )|steps,|FULL-DISK|SLOW-FOLLOWER|PARTITION |^LIN |^WATCH |SRV: |GATEWAY |GRPC-PROXY: |PROXY-DIFF |MIXIN: |DASHBOARD: |BACKUP: |^SCALE|RESTORE-GROW|STATEFULSET: |MIXED: '
 
 # The full-disk tests (issue 17 items 3, 4 and 5): bin/strata on small
 # tmpfs file systems the test mounts, one for --wal-dir and one for the

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"fmt"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -8,8 +10,12 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/strata-db/strata/etcdsnap"
 	"github.com/strata-db/strata/mvcc"
+	"github.com/strata-db/strata/pagestore"
 	"github.com/strata-db/strata/raft"
+	"github.com/strata-db/strata/schema"
+	"github.com/strata-db/strata/vfs"
 )
 
 // applier is the raft StateMachine: it applies committed entries to the
@@ -153,5 +159,47 @@ func (l *lazyWrite) Delete(bucket, key []byte)     { l.get().Delete(bucket, key)
 // Image is a page-store image of the committed state, for a follower.
 func (a *applier) Image() (raft.Image, error) { return a.s.be.Image() }
 
-// CheckImage validates a received page-store image.
-func (a *applier) CheckImage(path string) (uint64, error) { return mvcc.ImageIndex(path) }
+// CheckImage validates a received image and returns the consistent
+// index it holds. An etcd leader sends its database in etcd's format
+// (bbolt): it is converted into a page store first, under the same name,
+// so that a Strata member can join and follow an etcd cluster.
+func (a *applier) CheckImage(path string) (uint64, error) {
+	f, err := schema.DetectFile(path)
+	if err != nil {
+		return 0, err
+	}
+	if f == schema.FormatEtcd {
+		if err := a.convertEtcdImage(path); err != nil {
+			return 0, err
+		}
+	}
+	return mvcc.ImageIndex(path)
+}
+
+// convertEtcdImage rewrites the etcd database at path as a page store:
+// written beside it, durable, then renamed over it (and the directory
+// fsync'd), so that path holds either the whole received image or the
+// whole conversion. The bbolt reader checks every page it reads; a
+// damaged image is refused naming the file and the offset.
+func (a *applier) convertEtcdImage(path string) error {
+	fs := a.s.dbFS
+	if fs == nil {
+		fs = vfs.Default
+	}
+	start := time.Now()
+	tmp := path + ".strata"
+	_ = fs.Remove(tmp)
+	if err := etcdsnap.ToPageStore(path, tmp, &pagestore.Options{FS: fs, Logger: a.s.lg}, nil); err != nil {
+		_ = fs.Remove(tmp)
+		return fmt.Errorf("converting the etcd leader's snapshot: %w", err)
+	}
+	if err := fs.Rename(tmp, path); err != nil {
+		_ = fs.Remove(tmp)
+		return err
+	}
+	if err := fs.SyncDir(filepath.Dir(path)); err != nil {
+		return err
+	}
+	a.s.lg.Info("converted a snapshot in etcd's format into the page store", "path", path, "took", time.Since(start).String())
+	return nil
+}
