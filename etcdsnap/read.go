@@ -13,12 +13,15 @@ package etcdsnap
 // bucket's only leaf page) and overflow pages.
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
 	"os"
+	"strconv"
 
+	"github.com/strata-db/strata/membership"
 	"github.com/strata-db/strata/pagestore"
 	"github.com/strata-db/strata/schema"
 )
@@ -304,7 +307,10 @@ const convertBatchBytes = 16 << 20
 // transactions of at most convertBatchBytes. Both formats hold etcd's
 // schema, so the result is the same state: the key space, leases, auth,
 // membership, alarms and the raft position (meta's consistent index and
-// term). opts are the page store's (its file system, for tests that cut
+// term). Only the membership's keys change: etcd names a member's
+// records by its id in hex without leading zeros, Strata with all 16
+// digits (membership.Key), under which it later updates and removes
+// them. opts are the page store's (its file system, for tests that cut
 // the power). progress, if not nil, sees the bytes copied so far.
 func ToPageStore(src, dst string, opts *pagestore.Options, progress func(int64)) error {
 	in, err := OpenBolt(src)
@@ -344,7 +350,15 @@ func ToPageStore(src, dst string, opts *pagestore.Options, progress func(int64))
 			}
 			return err
 		}
+		rekey := bytes.Equal(bk.Name, schema.Members) || bytes.Equal(bk.Name, schema.MembersRemoved)
 		err := in.ForEach(bk, func(k, v []byte) error {
+			if rekey {
+				id, err := strconv.ParseUint(string(k), 16, 64)
+				if err != nil {
+					return fmt.Errorf("%w: %s: bucket %q: member key %q is not a hex id", ErrCorrupt, src, bk.Name, k)
+				}
+				k = membership.Key(id)
+			}
 			kv := make([]byte, len(k)+len(v))
 			copy(kv, k)
 			copy(kv[len(k):], v)

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +60,9 @@ func writeBoltFixture(t *testing.T, path string, seed uint64) map[string]map[str
 			}
 			put(tx, "meta", []byte("consistent_index"), []byte{0, 0, 0, 0, 0, 0, 0, byte(round + 1)})
 			put(tx, "alarm", []byte("a"), []byte("1"))
+			// etcd's member keys: hex without leading zeros.
+			put(tx, "members", []byte("628170c800dbcee"), []byte(`{"id":443703413426322670,"peerURLs":["http://127.0.0.1:2380"],"name":"e1"}`))
+			put(tx, "members_removed", []byte("1f"), []byte("removed"))
 			if _, err := tx.CreateBucketIfNotExists([]byte("lease")); err != nil {
 				return err
 			}
@@ -158,6 +162,14 @@ func TestReadBoltMatchesBbolt(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Member records are keyed as Strata keys them.
+	for _, b := range []string{"members", "members_removed"} {
+		for k, v := range want[b] {
+			delete(want[b], k)
+			id, _ := strconv.ParseUint(k, 16, 64)
+			want[b][fmt.Sprintf("%016x", id)] = v
+		}
 	}
 	sameContents(t, "converted", got, want)
 }
