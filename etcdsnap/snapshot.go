@@ -156,6 +156,24 @@ func (s *Snapshot) Write(ctx context.Context, w io.Writer) (int64, error) {
 	return cw.n + int64(n), err
 }
 
+// WriteFile writes the file alone (pass 2), without the SHA-256 trailer:
+// the database an etcd leader sends a follower after a MsgSnap is the
+// bare file. It writes exactly Size bytes.
+func (s *Snapshot) WriteFile(ctx context.Context, w io.Writer) (int64, error) {
+	cw := &countWriter{w: w}
+	bw := bufio.NewWriterSize(cw, 64<<10)
+	if err := s.write(ctx, bw); err != nil {
+		return cw.n, err
+	}
+	if err := bw.Flush(); err != nil {
+		return cw.n, err
+	}
+	if cw.n != s.Size() {
+		return cw.n, fmt.Errorf("%w: wrote %d bytes, planned %d", ErrChanged, cw.n, s.Size())
+	}
+	return cw.n, nil
+}
+
 // SHA256 is the SHA-256 of the file (the trailer), once it is written.
 func (s *Snapshot) SHA256() []byte { return s.sum }
 

@@ -3,6 +3,7 @@ package mvcc
 import (
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/strata-db/strata/pagestore"
 )
@@ -15,6 +16,19 @@ import (
 type Image struct {
 	tx    *pagestore.Tx
 	index uint64
+	// viewMu serializes View: a read transaction caches the buckets it
+	// opens, so only one caller may open buckets at a time. WriteTo
+	// copies pages and opens none.
+	viewMu sync.Mutex
+}
+
+// View runs fn with the image's read transaction, one caller at a time
+// (an etcd-format copy of the image for an etcd follower reads its
+// buckets through it). fn must not keep tx.
+func (i *Image) View(fn func(tx *pagestore.Tx) error) error {
+	i.viewMu.Lock()
+	defer i.viewMu.Unlock()
+	return fn(i.tx)
 }
 
 // Image commits what the WAL holds (ForceCommit) and opens an image of

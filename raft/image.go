@@ -68,6 +68,10 @@ type OutgoingSnapshot struct {
 	// Payload streams exactly Size bytes of the image. Close releases
 	// the image's read view.
 	Payload io.ReadCloser
+	// Image is the image Payload streams, valid until Payload is closed:
+	// a transport that must send the state in another format (to an etcd
+	// follower) reads it from there.
+	Image Image
 }
 
 // imageIdle is how long a prepared image is kept without a sender using
@@ -290,7 +294,7 @@ func (n *Node) sendSnapshots(msgs []*raftpb.Message) []*raftpb.Message {
 			go n.ReportSnapshot(to, etcdraft.SnapshotFailure)
 			continue
 		}
-		n.cfg.Transport.SendSnapshot(OutgoingSnapshot{Message: m, Size: h.img.Size(), Payload: newImageReader(h)})
+		n.cfg.Transport.SendSnapshot(OutgoingSnapshot{Message: m, Size: h.img.Size(), Payload: newImageReader(h), Image: h.img})
 	}
 	return out
 }

@@ -21,7 +21,10 @@ import (
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/strata-db/strata/etcdsnap"
 	"github.com/strata-db/strata/membership"
+	"github.com/strata-db/strata/mvcc"
+	"github.com/strata-db/strata/pagestore"
 	"github.com/strata-db/strata/raft"
 	"github.com/strata-db/strata/raft/transport"
 	"github.com/strata-db/strata/server/config"
@@ -302,9 +305,8 @@ func (r peerRaft) ReportSnapshot(id uint64, st etcdraft.SnapshotStatus) {
 // peerSnapshots gives the transport the images that follow MsgSnaps.
 type peerSnapshots struct{ p *peers }
 
-// errEtcdPeerSnapshot: an etcd member expects a bbolt database after a
-// MsgSnap, which a Strata leader does not produce yet.
-var errEtcdPeerSnapshot = errors.New("server: the follower is not a Strata member; it cannot install a page-store snapshot")
+// errEtcdPeerSnapshot: the image cannot be read as etcd's format.
+var errEtcdPeerSnapshot = errors.New("server: the follower is not a Strata member, and this image cannot be written in etcd's format")
 
 func (ps peerSnapshots) Open(m *raftpb.Message, peer transport.PeerInfo) (io.ReadCloser, int64, error) {
 	p := ps.p
@@ -320,10 +322,81 @@ func (ps peerSnapshots) Open(m *raftpb.Message, peer transport.PeerInfo) (io.Rea
 		return nil, 0, fmt.Errorf("server: no image for the snapshot at %d to %s", m.GetSnapshot().GetMetadata().GetIndex(), transport.FormatID(m.GetTo()))
 	}
 	if !peer.Strata {
+		return ps.etcdPayload(o)
+	}
+	return o.Payload, o.Size, nil
+}
+
+// etcdPayload is the image of o in etcd's format, for an etcd follower:
+// the bbolt file etcd's own leader would send (no trailer), planned and
+// written from the same read view as the page-store image, so it holds
+// exactly the MsgSnap's index (etcd refuses, fatally, a database whose
+// consistent index differs). The view stays pinned until the payload is
+// closed.
+func (ps peerSnapshots) etcdPayload(o raft.OutgoingSnapshot) (io.ReadCloser, int64, error) {
+	img, ok := o.Image.(*mvcc.Image)
+	if !ok {
 		o.Payload.Close()
 		return nil, 0, errEtcdPeerSnapshot
 	}
-	return o.Payload, o.Size, nil
+	ctx, cancel := context.WithCancel(context.Background())
+	var plan *etcdsnap.Etcd
+	pr, pw := io.Pipe()
+	planned := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// One View for the plan and the write: both read the buckets.
+		err := img.View(func(tx *pagestore.Tx) error {
+			var err error
+			plan, err = etcdsnap.PlanEtcd(ctx, tx, etcdsnap.EtcdOptions{})
+			planned <- err
+			if err != nil {
+				return err
+			}
+			_, err = plan.WriteFile(ctx, pw)
+			return err
+		})
+		pw.CloseWithError(err)
+	}()
+	if err := <-planned; err != nil {
+		cancel()
+		<-done
+		o.Payload.Close()
+		return nil, 0, fmt.Errorf("server: the snapshot at %d in etcd's format: %w", img.Index(), err)
+	}
+	if plan.RaftIndex != o.Message.GetSnapshot().GetMetadata().GetIndex() {
+		cancel()
+		pr.Close()
+		<-done
+		o.Payload.Close()
+		return nil, 0, fmt.Errorf("server: the image holds index %d, the snapshot is at %d", plan.RaftIndex, o.Message.GetSnapshot().GetMetadata().GetIndex())
+	}
+	ps.p.s.lg.Info("sending a snapshot in etcd's format to an etcd follower", "to", transport.FormatID(o.Message.GetTo()),
+		"index", plan.RaftIndex, "bytes", plan.Size())
+	return &etcdImageReader{pr: pr, cancel: cancel, done: done, release: o.Payload}, plan.Size(), nil
+}
+
+// etcdImageReader streams an etcd-format image; Close stops the writer
+// and releases the page-store image it reads.
+type etcdImageReader struct {
+	pr      *io.PipeReader
+	cancel  context.CancelFunc
+	done    chan struct{}
+	release io.Closer
+	once    sync.Once
+}
+
+func (r *etcdImageReader) Read(p []byte) (int, error) { return r.pr.Read(p) }
+
+func (r *etcdImageReader) Close() error {
+	r.once.Do(func() {
+		r.cancel()
+		r.pr.Close()
+		<-r.done
+		r.release.Close()
+	})
+	return nil
 }
 
 func (ps peerSnapshots) ReceivePath(m *raftpb.Message) (string, error) {
