@@ -12,6 +12,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -160,4 +162,113 @@ func mixedJoin(t *testing.T, leaderBin, joinerBin, leaderName, joinerName, joine
 	}
 	t.Logf("MIXED: %s (%s) joined the 1-member cluster of %s (%s) by a snapshot in etcd's format, was promoted, and matched its HashKV at revision %d after writes through either member and a restart",
 		joinerName, filepath.Base(joinerBin), leaderName, filepath.Base(leaderBin), rev)
+}
+
+// TestMixedDivergenceCaught proves that the oracle can fail: a test build
+// of Strata (-tags strata_diverge) gives puts under strata-diverge/ a
+// wrong version. Joined to an etcd leader that runs etcd's periodic
+// corruption check, one such put makes etcd raise the CORRUPT alarm for
+// that member.
+func TestMixedDivergenceCaught(t *testing.T) {
+	b := needBins(t)
+	dir := t.TempDir()
+	diverge := filepath.Join(dir, "strata-diverge")
+	build := exec.Command("go", "build", "-tags", "strata_diverge", "-o", diverge, "./cmd/strata")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags strata_diverge: %v\n%s", err, out)
+	}
+	const period = 2 * time.Second
+	lead, err := harness.NewServer(harness.ServerConfig{Bin: b.Etcd, Name: "e1", Dir: dir,
+		Flags: []string{"--corrupt-check-time=" + period.String()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lead.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lead.Stop() })
+	lcli := memberClient(t, lead)
+	putN(t, lcli, "plain", 10)
+	join, err := harness.NewServer(harness.ServerConfig{Bin: diverge, Name: "s1", Dir: dir, InitialCluster: "pending",
+		Flags: []string{"--initial-cluster-state=existing"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), poll.Deadline)
+	defer cancel()
+	added, err := lcli.MemberAddAsLearner(ctx, []string{join.AdvertisePeerURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	harness.WithInitialCluster(join, "e1="+lead.AdvertisePeerURL+",s1="+join.AdvertisePeerURL)
+	t.Cleanup(func() {
+		join.Stop()
+		if t.Failed() {
+			t.Logf("log of e1:\n%s", lead.LogTail(40))
+		}
+	})
+	if err := join.Start(); err != nil {
+		t.Fatal(err)
+	}
+	poll.UntilNil(t, "member promote of s1", func() error {
+		pctx, pcancel := context.WithTimeout(context.Background(), time.Second)
+		defer pcancel()
+		_, err := lcli.MemberPromote(pctx, added.Member.ID)
+		return err
+	})
+	rev := putN(t, lcli, "plain2", 10)
+	waitRev(t, join, rev)
+
+	// The control: while the Strata member applies as etcd does, two
+	// whole checks pass without a mismatch or an alarm.
+	checks := func() int { return logCount(lead, "finished peer corruption check") }
+	from := checks()
+	poll.Until(t, "two of etcd's periodic checks with the Strata member", func() bool { return checks() >= from+2 })
+	if harnessLogHas(lead, "same compact revision then hashes must match") {
+		t.Fatal("etcd found a hash mismatch before any put was applied differently")
+	}
+	if r, err := lcli.AlarmList(ctx); err != nil || len(r.Alarms) != 0 {
+		t.Fatalf("alarms before the divergence: %v, %v", r, err)
+	}
+
+	// One put applied differently.
+	if _, err := lcli.Put(ctx, "strata-diverge/k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var alarms []string
+	poll.UntilNil(t, "etcd's corruption check to raise CORRUPT", func() error {
+		actx, acancel := context.WithTimeout(context.Background(), time.Second)
+		defer acancel()
+		r, err := lcli.AlarmList(actx)
+		if err != nil {
+			return err
+		}
+		alarms = alarms[:0]
+		for _, a := range r.Alarms {
+			alarms = append(alarms, fmt.Sprintf("%x:%s", a.MemberID, a.Alarm))
+		}
+		if len(alarms) == 0 {
+			return fmt.Errorf("no alarm")
+		}
+		return nil
+	})
+	took := time.Since(start)
+	if want := fmt.Sprintf("%x:CORRUPT", added.Member.ID); strings.Join(alarms, " ") != want {
+		t.Fatalf("alarms %v, want only %s (the diverging Strata member)", alarms, want)
+	}
+	if !harnessLogHas(lead, "same compact revision then hashes must match") {
+		t.Errorf("etcd did not log the hash mismatch")
+	}
+	t.Logf("MIXED: one put applied with a wrong version by a test build of Strata: etcd's periodic check (every %v) raised CORRUPT for that member %.1fs after the put", period, took.Seconds())
+}
+
+// logCount is how many lines of m's log contain text.
+func logCount(m *harness.Server, text string) int {
+	b, err := os.ReadFile(m.LogPath)
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(b), text)
 }

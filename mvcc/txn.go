@@ -168,7 +168,7 @@ func (t *txnWrite) put(key, value []byte, lease int64) int64 {
 		oldLease = s.keyLeases[string(key)]
 	}
 	idxRev := Revision{Main: rev, Sub: int64(len(t.changes))}
-	kv := &mvccpb.KeyValue{Key: key, Value: value, CreateRevision: created, ModRevision: rev, Version: ver + 1, Lease: lease}
+	kv := &mvccpb.KeyValue{Key: key, Value: value, CreateRevision: created, ModRevision: rev, Version: divergedVersion(key, ver), Lease: lease}
 	t.w.PutKeyRecord(idxRev, false, encodeKV(kv))
 	if err := s.index().Put(key, idxRev); err != nil {
 		panic(fmt.Sprintf("mvcc: index put %q at %v: %v", key, idxRev, err)) // revisions only ascend
