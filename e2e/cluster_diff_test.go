@@ -58,9 +58,9 @@ func (cs *clusterSide) ctlOn(on int) *harness.Ctl {
 	return &harness.Ctl{Bin: cs.bins.Etcdctl, Endpoints: []string{cs.c.Members[on-1].ClientURL}}
 }
 
-func startClusterSide(t *testing.T, label, bin string, b *harness.Bins, flags []string) *clusterSide {
+func startClusterSide(t *testing.T, label string, bins []string, b *harness.Bins, flags []string) *clusterSide {
 	dir := filepath.Join(t.TempDir(), label)
-	c, err := harness.NewCluster(bin, dir, 3, flags)
+	c, err := harness.NewClusterBins(bins, dir, flags)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,9 +199,17 @@ func sortLines(s string) string {
 // and reports each step whose normalized records differ.
 func runClusterDiff(t *testing.T, name string, flags []string, steps []cstep) {
 	b := needBins(t)
+	bin := targetBin(t, b)
+	runClusterDiffBins(t, name, flags, steps, []string{bin, bin, bin})
+}
+
+// runClusterDiffBins is runClusterDiff with side B's member binaries
+// given one by one: a mixed cluster of etcd and Strata members.
+func runClusterDiffBins(t *testing.T, name string, flags []string, steps []cstep, bBins []string) *harness.Cluster {
+	b := needBins(t)
 	sides := []*clusterSide{
-		startClusterSide(t, "A", b.Etcd, b, flags),
-		startClusterSide(t, "B", targetBin(t, b), b, flags),
+		startClusterSide(t, "A", []string{b.Etcd, b.Etcd, b.Etcd}, b, flags),
+		startClusterSide(t, "B", bBins, b, flags),
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
@@ -232,7 +240,7 @@ func runClusterDiff(t *testing.T, name string, flags []string, steps []cstep) {
 		rb := sides[1].exec(t, st)
 		if ra != rb {
 			mismatches++
-			t.Errorf("step %q differs (A=%s, B=%s):\n%s", st.name, b.Etcd, sides[1].c.Members[0].Bin(), harness.UnifiedDiff("A", "B", ra, rb))
+			t.Errorf("step %q differs (A=%s, B=%v):\n%s", st.name, b.Etcd, bBins, harness.UnifiedDiff("A", "B", ra, rb))
 		}
 	}
 	if mismatches > 0 || testing.Verbose() {
@@ -244,6 +252,7 @@ func runClusterDiff(t *testing.T, name string, flags []string, steps []cstep) {
 		}
 	}
 	t.Logf("%s: %d steps, %d mismatches", name, len(steps), mismatches)
+	return sides[1].c
 }
 
 // waitApplied waits until every member serves revision rev locally, so a
@@ -255,7 +264,43 @@ func waitAppliedAll(t *testing.T, cs *clusterSide, rev int64) {
 }
 
 func TestClusterDiff(t *testing.T) {
-	steps := []cstep{
+	runClusterDiff(t, "cluster", clusterDiffFlags, clusterDiffSteps())
+}
+
+// TestClusterDiffMixed runs the same scenario with side B a mixed
+// cluster (issue 24): 2 etcd members and 1 Strata, and 1 etcd and 2
+// Strata. The scenario moves the leadership to m1, then to m2, kills the
+// leader, and has a member catch up by snapshot, so the leader is of
+// each kind in each mix, and snapshots go between kinds.
+func TestClusterDiffMixed(t *testing.T) {
+	b := needBins(t)
+	strata := strataTarget(t)
+	for _, mix := range []struct {
+		name string
+		bins []string
+		// snapshot is the log line of the Strata member that shows m3
+		// caught up by a snapshot sent across kinds.
+		member   int
+		snapshot string
+	}{
+		{"m1-strata,m2-etcd,m3-etcd", []string{strata, b.Etcd, b.Etcd}, 1, "sending a snapshot in etcd's format to an etcd follower"},
+		{"m1-etcd,m2-strata,m3-strata", []string{b.Etcd, strata, strata}, 3, "converted a snapshot in etcd's format into the page store"},
+	} {
+		t.Run(mix.name, func(t *testing.T) {
+			c := runClusterDiffBins(t, "cluster "+mix.name, clusterDiffFlags, clusterDiffSteps(), mix.bins)
+			if m := c.Members[mix.member-1]; !harnessLogHas(m, mix.snapshot) {
+				t.Errorf("m%d never logged %q: no snapshot crossed kinds", mix.member, mix.snapshot)
+			}
+			t.Logf("MIXED: 3-member differential, %s: m1 and m2 each led (one of each kind), m3 caught up by a snapshot across kinds, 0 mismatches with 3 etcd members", mix.name)
+		})
+	}
+}
+
+var clusterDiffFlags = []string{"--heartbeat-interval=50", "--election-timeout=500",
+	"--snapshot-count=100", "--snapshot-catchup-entries=20"}
+
+func clusterDiffSteps() []cstep {
+	return []cstep{
 		{name: "member list", on: 0, args: []string{"member", "list"}},
 		{name: "member list (table)", on: 0, args: []string{"member", "list", "-w", "table"}},
 		{name: "member list (json)", on: 1, args: []string{"member", "list", "-w", "json"}},
@@ -300,8 +345,6 @@ func TestClusterDiff(t *testing.T) {
 		{name: "endpoint status --cluster at the end", on: 0, args: []string{"endpoint", "status", "--cluster"}, rows: true},
 		{name: "endpoint hashkv --cluster at the end", on: 0, args: []string{"endpoint", "hashkv", "--cluster"}, rows: true},
 	}
-	runClusterDiff(t, "cluster", []string{"--heartbeat-interval=50", "--election-timeout=500",
-		"--snapshot-count=100", "--snapshot-catchup-entries=20"}, steps)
 }
 
 // stopMembers stops members ns and waits until the running ones know no

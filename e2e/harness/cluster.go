@@ -27,6 +27,19 @@ func NewCluster(bin, dir string, n int, flags []string) (*Cluster, error) {
 	return NewClusterScheme(bin, dir, n, flags, "http")
 }
 
+// NewClusterBins is NewCluster with one binary per member (len(bins)
+// members): a mixed cluster of etcd and Strata members.
+func NewClusterBins(bins []string, dir string, flags []string) (*Cluster, error) {
+	c, err := NewClusterScheme(bins[0], dir, len(bins), flags, "http")
+	if err != nil {
+		return nil, err
+	}
+	for i, s := range c.Members {
+		s.cfg.Bin = bins[i]
+	}
+	return c, nil
+}
+
 // NewClusterScheme is NewCluster with peer URLs of scheme ("https" for
 // peer TLS; the flags then name the certificates).
 func NewClusterScheme(bin, dir string, n int, flags []string, peerScheme string) (*Cluster, error) {
