@@ -225,10 +225,15 @@ type scaleRun struct {
 	// sent through, also inside retries, whose number is the machine's.
 	gen, plan, pick *rand.Rand
 	load            *scaleLoad
-	active          []*scaleMember // voters taking load
-	all             []*scaleMember
-	next            int // number of the next member's name
-	sizes           []string
+	// flags are the members' flags; clusterFlags when nil.
+	flags []string
+	// changed, if set, runs after every membership change (the
+	// migration points its watch and lease clients at the new members).
+	changed func()
+	active  []*scaleMember // voters taking load
+	all     []*scaleMember
+	next    int // number of the next member's name
+	sizes   []string
 	// counts for the SCALE line
 	promoteTries, addRetries, removeRetries, leaderRemovals int
 	// joined, bySnapshot: members that joined, and those of them whose
@@ -307,6 +312,18 @@ func TestScaleUnderLoad(t *testing.T) {
 	r.load.halt()
 	workTime := time.Since(start)
 
+	r.finish(initRev, workTime, "SCALE", nil)
+}
+
+// finish ends a run whose load has halted: final reads on every member
+// (recorded like every other operation), member lists, HashKV at the
+// final revision, every acknowledged write read back, porcupine, and a
+// summary line starting with tag. extra, if not nil, adds its checks
+// (the migration's watch and lease) with what they print and whether
+// they passed.
+func (r *scaleRun) finish(initRev int64, workTime time.Duration, tag string,
+	extra func(finalRev int64, final [lin.MaxKeys]lin.KV, ops []lin.Op) (string, bool)) {
+	t, cfg := r.t, r.cfg
 	// Final reads on every member, once they agree: recorded like every
 	// other operation.
 	if _, err := scaleLeader(r.active); err != nil {
@@ -370,10 +387,17 @@ func TestScaleUnderLoad(t *testing.T) {
 	for _, e := range slices.Sorted(maps.Keys(errs)) {
 		t.Logf("failed: %d× %s", errs[e], e)
 	}
-	fmt.Printf("SCALE: seed=%d ops=%d acked=%d failed=%d acked-writes=%d verified=%d lost=%d indeterminate=%d pinned=%d failed-reads=%d members %s joined-by-snapshot=%d/%d leader-removals=%d promote-tries=%d add-retries=%d remove-retries=%d linearizable=%v (%s) hashkv-equal=%v rev=%d work=%.1fs check=%.2fs\n",
-		cfg.seed, sent, sent-failed, failed, ackedWrites, verified, lost, res.InDoubt, res.Pinned, res.FailedReads,
+	extraLine, extraOK := "", true
+	if extra != nil {
+		extraLine, extraOK = extra(finalRev, finals[0].Out.KV, ops)
+	}
+	fmt.Printf("%s: seed=%d ops=%d acked=%d failed=%d acked-writes=%d verified=%d lost=%d indeterminate=%d pinned=%d failed-reads=%d members %s joined-by-snapshot=%d/%d leader-removals=%d promote-tries=%d add-retries=%d remove-retries=%d linearizable=%v (%s) hashkv-equal=%v rev=%d work=%.1fs check=%.2fs\n",
+		tag, cfg.seed, sent, sent-failed, failed, ackedWrites, verified, lost, res.InDoubt, res.Pinned, res.FailedReads,
 		strings.Join(r.sizes, "→"), r.bySnapshot, r.joined, r.leaderRemovals, r.promoteTries, r.addRetries, r.removeRetries,
 		res.Verdict == "Ok", res.Verdict, hashOK, finalRev, workTime.Seconds(), res.Elapsed.Seconds())
+	if extraLine != "" {
+		fmt.Printf("%s: %s\n", tag, extraLine)
+	}
 
 	if finalsErr != nil {
 		for _, op := range finals {
@@ -390,6 +414,9 @@ func TestScaleUnderLoad(t *testing.T) {
 	for _, l := range missing {
 		t.Errorf("lost: %s", l)
 	}
+	if !extraOK {
+		t.Errorf("%s: %s", tag, extraLine)
+	}
 	if !res.OK() || !hashOK || finalsErr != nil || len(missing) > 0 {
 		dir := scaleOutDir(t, cfg)
 		if err := res.Visualize(filepath.Join(dir, "history.html")); err != nil {
@@ -401,8 +428,8 @@ func TestScaleUnderLoad(t *testing.T) {
 		for _, m := range r.all {
 			linCopyFile(m.s.LogPath, filepath.Join(dir, m.name()+".log"))
 		}
-		fmt.Printf("SCALE FAILED (seed %d): porcupine's visualization %s, operations %s, member logs in %s\n",
-			cfg.seed, filepath.Join(dir, "history.html"), filepath.Join(dir, "ops.txt"), dir)
+		fmt.Printf("%s FAILED (seed %d): porcupine's visualization %s, operations %s, member logs in %s\n",
+			tag, cfg.seed, filepath.Join(dir, "history.html"), filepath.Join(dir, "ops.txt"), dir)
 		if e := res.Explain(); e != "" {
 			t.Errorf("not linearizable: %s", e)
 		}
@@ -444,6 +471,9 @@ func (r *scaleRun) activate(m *scaleMember) {
 	}
 	r.active = append(r.active, m)
 	r.sizes = append(r.sizes, strconv.Itoa(len(r.active)))
+	if r.changed != nil {
+		r.changed()
+	}
 }
 
 // phase waits until the load has acknowledged its share of operations in
@@ -513,12 +543,19 @@ func scaleRetryable(err error) bool {
 // with --initial-cluster-state existing, wait until it serves, promote it
 // (retrying while the leader says it is not in sync), wait until it knows
 // it votes, and put it in the load.
-func (r *scaleRun) grow() {
+func (r *scaleRun) grow() { r.t.Helper(); r.growWith(r.bin) }
+
+// growWith is grow with the new member's binary: etcd or Strata.
+func (r *scaleRun) growWith(bin string) {
 	t := r.t
 	t.Helper()
 	name := r.newName()
-	s, err := harness.NewServer(harness.ServerConfig{Bin: r.bin, Name: name, Dir: r.dir,
-		Flags: append(slices.Clone(clusterFlags), "--initial-cluster-state=existing")})
+	flags := clusterFlags
+	if r.flags != nil {
+		flags = r.flags
+	}
+	s, err := harness.NewServer(harness.ServerConfig{Bin: bin, Name: name, Dir: r.dir,
+		Flags: append(slices.Clone(flags), "--initial-cluster-state=existing")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -675,7 +712,15 @@ func (r *scaleRun) shrink(leader bool) {
 	victim := lead
 	if !leader {
 		victim = r.follower(lead)
-	} else {
+	}
+	r.remove(victim, lead)
+}
+
+// remove removes victim (lead is the leader now), as shrink describes.
+func (r *scaleRun) remove(victim, lead *scaleMember) {
+	t := r.t
+	t.Helper()
+	if victim == lead {
 		r.leaderRemovals++
 	}
 	began := time.Now()
@@ -718,6 +763,9 @@ func (r *scaleRun) shrink(leader bool) {
 	victim.wg.Wait()
 	r.active = slices.DeleteFunc(r.active, func(m *scaleMember) bool { return m == victim })
 	r.sizes = append(r.sizes, strconv.Itoa(len(r.active)))
+	if r.changed != nil {
+		r.changed()
+	}
 	role := "follower"
 	if victim == lead {
 		role = "leader"
