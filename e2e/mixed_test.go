@@ -15,12 +15,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/strata-db/strata/e2e/harness"
 	"github.com/strata-db/strata/internal/poll"
@@ -271,4 +273,141 @@ func logCount(m *harness.Server, text string) int {
 		return 0
 	}
 	return strings.Count(string(b), text)
+}
+
+// TestMixedAuthLeaseExpiry: with auth on, a lease with keys expires
+// under a Strata leader. The leader revokes it as root, as etcd's does,
+// so the etcd follower's apply-time check lets the revoke through and
+// deletes the keys too: the two keep the same HashKV. (A revoke proposed
+// with no user would be refused by etcd alone, and the key spaces would
+// part.) Then an etcd leader expires one, and the Strata follower agrees.
+func TestMixedAuthLeaseExpiry(t *testing.T) {
+	b := needBins(t)
+	strata := strataTarget(t)
+	dir := t.TempDir()
+	s1, err := harness.NewServer(harness.ServerConfig{Bin: strata, Name: "s1", Dir: dir, Flags: clusterFlags})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s1.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s1.Stop() })
+	scli := memberClient(t, s1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*poll.Deadline)
+	defer cancel()
+	e1, err := harness.NewServer(harness.ServerConfig{Bin: b.Etcd, Name: "e1", Dir: dir, InitialCluster: "pending",
+		Flags: append(slices.Clone(clusterFlags), "--initial-cluster-state=existing")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	added, err := scli.MemberAdd(ctx, []string{e1.AdvertisePeerURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	harness.WithInitialCluster(e1, "s1="+s1.AdvertisePeerURL+",e1="+e1.AdvertisePeerURL)
+	t.Cleanup(func() {
+		e1.Stop()
+		if t.Failed() {
+			t.Logf("log of s1:\n%s", s1.LogTail(30))
+			t.Logf("log of e1:\n%s", e1.LogTail(30))
+		}
+	})
+	if err := e1.Start(); err != nil {
+		t.Fatal(err)
+	}
+	_ = added
+	// Auth on: root, and a user whose lease the leader will expire.
+	for _, step := range []func() error{
+		func() error { _, err := scli.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := scli.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := scli.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := func(m *harness.Server) *clientv3.Client {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL}, DialTimeout: 5 * time.Second,
+			Logger: zap.NewNop(), Username: "root", Password: "rootpw"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		return cli
+	}
+	rs, re := root(s1), root(e1)
+	expire := func(leader, follower *harness.Server, lcli, fcli *clientv3.Client, key string) {
+		t.Helper()
+		poll.UntilNil(t, leader.Name()+" to lead", func() error {
+			st, err := lcli.Status(ctx, leader.ClientURL)
+			if err != nil {
+				return err
+			}
+			if st.Leader != st.Header.MemberId {
+				mctx, mcancel := context.WithTimeout(ctx, 5*time.Second)
+				defer mcancel()
+				ost, err := fcli.Status(mctx, follower.ClientURL)
+				if err != nil {
+					return err
+				}
+				if _, err := fcli.MoveLeader(mctx, st.Header.MemberId); err != nil {
+					return err
+				}
+				_ = ost
+				return fmt.Errorf("moving the leadership to %s", leader.Name())
+			}
+			return nil
+		})
+		l, err := lcli.Grant(ctx, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lcli.Put(ctx, key, "v", clientv3.WithLease(l.ID)); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			m   *harness.Server
+			cli *clientv3.Client
+		}{{leader, lcli}, {follower, fcli}} {
+			poll.UntilNil(t, "the expired lease's key gone on "+c.m.Name(), func() error {
+				r, err := c.cli.Get(ctx, key, clientv3.WithSerializable())
+				if err != nil {
+					return err
+				}
+				if len(r.Kvs) != 0 {
+					return fmt.Errorf("%s still there", key)
+				}
+				return nil
+			})
+		}
+		r, err := lcli.Get(ctx, "probe")
+		if err != nil {
+			t.Fatal(err)
+		}
+		poll.UntilNil(t, follower.Name()+" to apply the leader's revision", func() error {
+			fr, err := fcli.Get(ctx, "probe", clientv3.WithSerializable())
+			if err != nil {
+				return err
+			}
+			if fr.Header.Revision < r.Header.Revision {
+				return fmt.Errorf("at %d of %d", fr.Header.Revision, r.Header.Revision)
+			}
+			return nil
+		})
+		hl, err := lcli.HashKV(ctx, leader.ClientURL, r.Header.Revision)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hf, err := fcli.HashKV(ctx, follower.ClientURL, r.Header.Revision)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hl.Hash != hf.Hash {
+			t.Fatalf("after %s expired a lease with auth on: HashKV %08x on %s, %08x on %s", leader.Name(), hl.Hash, leader.Name(), hf.Hash, follower.Name())
+		}
+	}
+	expire(s1, e1, rs, re, "leased-s")
+	expire(e1, s1, re, rs, "leased-e")
+	t.Logf("MIXED: with auth on, leases with keys expired under a Strata leader and under an etcd leader; both members deleted the keys and kept equal HashKV")
 }

@@ -363,7 +363,14 @@ func (s *Server) revokeExpired(ids []int64) {
 		go func(id int64) {
 			ctx, cancel := context.WithTimeout(context.Background(), s.requestTimeout())
 			defer cancel()
-			res, err := s.propose(ctx, &pb.InternalRaftRequest{LeaseRevoke: &pb.LeaseRevokeRequest{ID: id}})
+			// As root when auth is on, as etcd's leader revokes (its
+			// WithRoot): every member checks the revoke at apply with
+			// that identity.
+			var as *auth.AuthInfo
+			if s.auth.IsAuthEnabled() {
+				as = s.auth.RootAuthInfo()
+			}
+			res, err := s.proposeAs(ctx, &pb.InternalRaftRequest{LeaseRevoke: &pb.LeaseRevokeRequest{ID: id}}, as)
 			if err == nil {
 				err = res.err
 			}
