@@ -11,12 +11,16 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -410,4 +414,104 @@ func TestMixedAuthLeaseExpiry(t *testing.T) {
 	expire(s1, e1, rs, re, "leased-s")
 	expire(e1, s1, re, rs, "leased-e")
 	t.Logf("MIXED: with auth on, leases with keys expired under a Strata leader and under an etcd leader; both members deleted the keys and kept equal HashKV")
+}
+
+// TestMixedClusterVersionAndDowngrade: an etcd member that joins a
+// Strata cluster through the log (no snapshot) learns the cluster
+// version from the Strata leader's ClusterVersionSet, as from an etcd
+// leader's; and a downgrade enabled through a Strata member goes through
+// raft, so the etcd member reports it too (its /downgrade/enabled, and
+// Status), and a cancel through the etcd member clears it on both.
+func TestMixedClusterVersionAndDowngrade(t *testing.T) {
+	b := needBins(t)
+	strata := strataTarget(t)
+	dir := t.TempDir()
+	s1, err := harness.NewServer(harness.ServerConfig{Bin: strata, Name: "s1", Dir: dir, Flags: clusterFlags})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s1.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s1.Stop() })
+	scli := memberClient(t, s1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*poll.Deadline)
+	defer cancel()
+	putN(t, scli, "cv", 5)
+	e1, err := harness.NewServer(harness.ServerConfig{Bin: b.Etcd, Name: "e1", Dir: dir, InitialCluster: "pending",
+		Flags: append(slices.Clone(clusterFlags), "--initial-cluster-state=existing")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := scli.MemberAdd(ctx, []string{e1.AdvertisePeerURL}); err != nil {
+		t.Fatal(err)
+	}
+	harness.WithInitialCluster(e1, "s1="+s1.AdvertisePeerURL+",e1="+e1.AdvertisePeerURL)
+	t.Cleanup(func() {
+		e1.Stop()
+		if t.Failed() {
+			t.Logf("log of s1:\n%s", s1.LogTail(30))
+			t.Logf("log of e1:\n%s", e1.LogTail(30))
+		}
+	})
+	if err := e1.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if harnessLogHas(e1, "applied snapshot") {
+		t.Fatal("e1 joined by snapshot; this test needs it to learn everything from the log")
+	}
+	version := func(m *harness.Server) (string, error) {
+		resp, err := http.Get(m.ClientURL + "/version")
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		var v struct{ Etcdcluster string }
+		err = json.NewDecoder(resp.Body).Decode(&v)
+		return v.Etcdcluster, err
+	}
+	for _, m := range []*harness.Server{s1, e1} {
+		poll.UntilNil(t, m.Name()+" to report cluster version 3.7.0", func() error {
+			v, err := version(m)
+			if err != nil {
+				return err
+			}
+			if v != "3.7.0" {
+				return fmt.Errorf("etcdcluster %q", v)
+			}
+			return nil
+		})
+	}
+	ecli := memberClient(t, e1)
+	enabled := func(m *harness.Server, cli *clientv3.Client, want bool) {
+		t.Helper()
+		poll.UntilNil(t, fmt.Sprintf("%s to report the downgrade enabled=%v", m.Name(), want), func() error {
+			resp, err := http.Get(m.PeerURL + "/downgrade/enabled")
+			if err != nil {
+				return err
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			st, err := cli.Status(ctx, m.ClientURL)
+			if err != nil {
+				return err
+			}
+			got := st.DowngradeInfo != nil && st.DowngradeInfo.Enabled
+			if string(body) != strconv.FormatBool(want) || got != want {
+				return fmt.Errorf("/downgrade/enabled %q, Status %v", body, st.DowngradeInfo)
+			}
+			return nil
+		})
+	}
+	if _, err := scli.Downgrade(ctx, clientv3.DowngradeEnable, "3.6"); err != nil {
+		t.Fatalf("downgrade enable through s1: %v", err)
+	}
+	enabled(s1, scli, true)
+	enabled(e1, ecli, true)
+	if _, err := ecli.Downgrade(ctx, clientv3.DowngradeCancel, ""); err != nil {
+		t.Fatalf("downgrade cancel through e1: %v", err)
+	}
+	enabled(s1, scli, false)
+	enabled(e1, ecli, false)
+	t.Logf("MIXED: an etcd member that joined a Strata cluster through the log reports cluster version 3.7.0; a downgrade enabled through Strata and cancelled through etcd shows on both")
 }

@@ -107,6 +107,10 @@ func (a *applier) dispatch(idx, term uint64, req *pb.InternalRaftRequest) applyR
 	switch {
 	case req.ClusterMemberAttrSet != nil:
 		s.applyMemberAttrs(idx, term, req.ClusterMemberAttrSet)
+	case req.ClusterVersionSet != nil:
+		s.applyClusterVersion(idx, term, req.ClusterVersionSet)
+	case req.DowngradeInfoSet != nil:
+		s.applyDowngradeInfo(idx, term, req.DowngradeInfoSet)
 	case req.Alarm != nil:
 		w := s.be.BeginWrite()
 		r.resp = s.applyAlarm(w, req.Alarm)

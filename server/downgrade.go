@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/membershippb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
@@ -101,17 +102,21 @@ func (m *maintenanceServer) Downgrade(ctx context.Context, r *pb.DowngradeReques
 			d.mu.Unlock()
 			return nil, rpctypes.ErrGRPCDowngradeInProcess
 		}
-		if r.Action == pb.DowngradeRequest_ENABLE {
-			// etcd records the target as a full version: "3.6.0".
-			d.enabled, d.target = true, fmt.Sprintf("%d.%d.0", major, minor)
-		}
 		d.mu.Unlock()
+		if r.Action == pb.DowngradeRequest_ENABLE {
+			// Through raft, as etcd: every member, of either kind,
+			// stores and takes it. etcd records the target as a full
+			// version: "3.6.0".
+			if err := s.proposeDowngrade(ctx, true, fmt.Sprintf("%d.%d.0", major, minor)); err != nil {
+				return nil, err
+			}
+		}
 	case pb.DowngradeRequest_CANCEL:
 		// etcd 3.7 answers a cancel with success whether or not a
 		// downgrade was in progress.
-		d.mu.Lock()
-		d.enabled, d.target = false, ""
-		d.mu.Unlock()
+		if err := s.proposeDowngrade(ctx, false, ""); err != nil {
+			return nil, err
+		}
 	}
 	return &pb.DowngradeResponse{Header: s.header(0), Version: majorMinor(ClusterVersion)}, nil
 }
@@ -123,4 +128,16 @@ func majorMinor(v string) string {
 		return v
 	}
 	return parts[0] + "." + parts[1]
+}
+
+// proposeDowngrade proposes the downgrade state (applyDowngradeInfo).
+func (s *Server) proposeDowngrade(ctx context.Context, enabled bool, target string) error {
+	res, err := s.propose(ctx, &pb.InternalRaftRequest{DowngradeInfoSet: &membershippb.DowngradeInfoSetRequest{Enabled: enabled, Ver: target}})
+	if err == nil {
+		err = res.err
+	}
+	if err != nil {
+		return toGRPCError(err)
+	}
+	return nil
 }

@@ -158,9 +158,10 @@ func (p *peers) serve() {
 		Promote:   s.promoteFromPeer,
 		Versions:  func() (string, string) { return ClusterVersion, ClusterVersion },
 		Extra: map[string]http.Handler{
-			leasePath:         leaseHandler{s},
-			leaseInternalPath: leaseHandler{s},
-			peerHashKVPath:    hashKVHandler{s},
+			leasePath:            leaseHandler{s},
+			leaseInternalPath:    leaseHandler{s},
+			peerHashKVPath:       hashKVHandler{s},
+			downgradeEnabledPath: downgradeEnabledHandler{s},
 		},
 	})
 	for i, l := range p.listeners {

@@ -66,6 +66,9 @@ func (a *applier) Restore(meta raft.SnapshotMeta, path string) error {
 	if err := s.diskFull.reload(db); err != nil {
 		return err
 	}
+	if err := s.loadClusterState(db); err != nil {
+		return err
+	}
 	if err := s.members.Reset(db); err != nil {
 		return err
 	}

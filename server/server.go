@@ -63,6 +63,9 @@ type Server struct {
 	members     *membership.Set
 	alarms      *alarms
 	downgrade   downgradeState
+	// clusterVersionSet: the cluster bucket holds a cluster version
+	// (see clusterversion.go).
+	clusterVersionSet atomic.Bool
 	// compactChecked is the newest compaction revision whose hash the
 	// compaction hash check found equal on every member.
 	compactChecked atomic.Int64
@@ -239,6 +242,9 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 		return nil, err
 	}
 	if err := s.diskFull.load(s.be.DB()); err != nil {
+		return nil, err
+	}
+	if err := s.loadClusterState(s.be.DB()); err != nil {
 		return nil, err
 	}
 	if err := s.bootstrapIDs(); err != nil {
