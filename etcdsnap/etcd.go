@@ -62,7 +62,8 @@ type etcdConfState struct {
 //     the membership, and version.Cluster;
 //   - the membership as etcd keys it (members: id in hex -> member JSON;
 //     members_removed: id in hex -> "removed");
-//   - cluster: clusterVersion -> version.Cluster.
+//   - cluster: as stored (clusterVersion, downgrade, decided through
+//     raft), or clusterVersion -> version.Cluster when nothing is.
 //
 // Buckets of tx that are Strata's own are left out and listed in
 // Skipped. tx must stay open until the snapshot is written.
@@ -119,7 +120,15 @@ func PlanEtcd(ctx context.Context, tx *pagestore.Tx, opts EtcdOptions) (*Etcd, e
 		case n == string(schema.MembersRemoved):
 			open = fixed(removedRecs)
 		case n == string(schema.Cluster):
+			// The stored cluster version and downgrade state, as the
+			// cluster decided them through raft; the version Strata runs
+			// when none was ever stored.
 			open = fixed([]kv{{schema.ClusterVersionKey, []byte(version.Cluster)}})
+			if b, err := tx.Bucket(schema.Cluster); err == nil {
+				if v, err := b.Get(schema.ClusterVersionKey); err == nil && v != nil {
+					open = func() (Records, error) { return pageRecords(tx, name) }
+				}
+			}
 		case n == string(schema.Meta):
 			open = func() (Records, error) {
 				src, err := pageRecords(tx, name)
