@@ -36,6 +36,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,12 +77,20 @@ func TestRollingMigration(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		r.load.halt()
+		// All at once: an etcd member stopped last, alone without its
+		// quorum, can take longer than the harness waits.
+		var wg sync.WaitGroup
 		for _, m := range r.all {
-			if err := m.s.Stop(); err != nil {
-				t.Errorf("stop %s: %v", m.name(), err)
-			}
-			m.cli.Close()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := m.s.Stop(); err != nil {
+					t.Errorf("stop %s: %v", m.name(), err)
+				}
+				m.cli.Close()
+			}()
 		}
+		wg.Wait()
 		if t.Failed() {
 			for _, m := range r.all {
 				t.Logf("log of %s (%s):\n%s", m.name(), kind(m), m.s.LogTail(40))

@@ -738,6 +738,11 @@ func (r *scaleRun) remove(victim, lead *scaleMember) {
 			return true
 		case ambiguous && scaleIsErr(err, rpctypes.ErrMemberNotFound):
 			return true
+		case via == victim && scaleIsErr(err, rpctypes.ErrStopped):
+			// The victim removed itself and stopped before it answered
+			// (etcd does): the next try, through another member, finds
+			// it gone.
+			ambiguous = true
 		case scaleRetryable(err):
 			ambiguous = ambiguous || !scaleIsErr(err, rpctypes.ErrUnhealthy)
 		default:
