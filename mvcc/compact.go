@@ -266,8 +266,12 @@ func (s *Store) Compact(ci, term uint64, r *pb.CompactionRequest) (*pb.Compactio
 	w := s.be.BeginWrite()
 	w.Put(MetaBucket, metaScheduledCompact, revKey(Revision{Main: rev}, false))
 	w.End(ci, term)
+	// Under hashMu: a HashKV in progress has its view before the
+	// compaction deletes anything (see Store.hashMu).
+	s.hashMu.Lock()
 	s.compactRev.Store(rev)
 	done := s.compactor.schedule(compactJob{rev: rev, prev: prev, storeHash: prev == s.finishedRev.Load()})
+	s.hashMu.Unlock()
 	if s.metrics != nil {
 		// etcd answers a compaction with the revision it reads through a
 		// one-key range, which its range counter sees; count it the same.

@@ -29,6 +29,15 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // Hashes) is returned as it is, as etcd's HashByRev does. It returns the
 // hash and the current revision.
 func (s *Store) HashKV(rev int64) (KeyValueHash, int64, error) {
+	s.hashMu.RLock()
+	locked := true
+	unlock := func() {
+		if locked {
+			locked = false
+			s.hashMu.RUnlock()
+		}
+	}
+	defer unlock()
 	compactRev, currentRev := s.compactRev.Load(), s.rev.Load()
 	if h, ok := s.hashes.get(rev); ok {
 		return h, currentRev, nil
@@ -50,6 +59,7 @@ func (s *Store) HashKV(rev int64) (KeyValueHash, int64, error) {
 	}()
 	h := newRevHasher(compactRev, rev, s.index().Keep(rev))
 	rd, err := s.be.BeginRead()
+	unlock() // the view is taken: a compaction may apply now
 	if err != nil {
 		return KeyValueHash{}, currentRev, err
 	}

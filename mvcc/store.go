@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -84,6 +85,13 @@ type Store struct {
 	// It is published before the index is compacted, so a read that
 	// still sees the old value afterwards knows its result is whole.
 	compactRev atomic.Int64
+	// hashMu makes a HashKV's view (compact revision, kept revisions,
+	// read transaction) one point in time with respect to Compact: a
+	// compaction applied between HashKV reading the compact revision and
+	// opening its read view would have it hash records the compaction
+	// is deleting under the old compact revision, and a peer's check
+	// would see a false mismatch (etcd takes its store lock the same way).
+	hashMu sync.RWMutex
 	// finishedRev is the revision of the last compaction whose deletion
 	// finished (-1: none); a compaction applied while the one before it
 	// is unfinished stores no hash (see compactHashes).
