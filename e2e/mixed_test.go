@@ -515,3 +515,81 @@ func TestMixedClusterVersionAndDowngrade(t *testing.T) {
 	enabled(e1, ecli, false)
 	t.Logf("MIXED: an etcd member that joined a Strata cluster through the log reports cluster version 3.7.0; a downgrade enabled through Strata and cancelled through etcd shows on both")
 }
+
+// TestMixedCompactionHashCheck: etcd's compaction hash check
+// (--feature-gates=CompactHashCheck=true) over a mixed cluster of one
+// etcd and two Strata members: the hashes every member stores as its
+// compaction passes are the same, so the leader's check succeeds on the
+// whole cluster, with an etcd leader and then with a Strata leader, and
+// no alarm is raised.
+func TestMixedCompactionHashCheck(t *testing.T) {
+	b := needBins(t)
+	strata := strataTarget(t)
+	flags := append(slices.Clone(clusterFlags), "--feature-gates=CompactHashCheck=true", "--compact-hash-check-time=1s")
+	c, err := harness.NewClusterBins([]string{b.Etcd, strata, strata}, t.TempDir(), flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Stop()
+		if t.Failed() {
+			for _, m := range c.Members {
+				t.Logf("log of %s:\n%s", m.Name(), m.LogTail(30))
+			}
+		}
+	})
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*poll.Deadline)
+	defer cancel()
+	check := func(leader *harness.Server, round int) {
+		t.Helper()
+		poll.UntilNil(t, leader.Name()+" to lead", func() error {
+			lead := clusterLeader(t, c)
+			if lead == leader {
+				return nil
+			}
+			st, err := memberClient(t, leader).Status(ctx, leader.ClientURL)
+			if err != nil {
+				return err
+			}
+			_, err = memberClient(t, lead).MoveLeader(ctx, st.Header.MemberId)
+			if err == nil {
+				err = fmt.Errorf("moved")
+			}
+			return err
+		})
+		cli := memberClient(t, leader)
+		rev := putN(t, cli, fmt.Sprintf("chk%d", round), 100)
+		for _, m := range c.Members {
+			waitRev(t, m, rev)
+		}
+		if _, err := cli.Compact(ctx, rev-10, clientv3.WithCompactPhysical()); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("%d", rev-10)
+		poll.Until(t, leader.Name()+"'s compaction hash check to succeed on the whole cluster at revision "+want, func() bool {
+			body, err := os.ReadFile(leader.LogPath)
+			if err != nil {
+				return false
+			}
+			for _, line := range strings.Split(string(body), "\n") {
+				if strings.Contains(line, "successfully checked hash on whole cluster") &&
+					(strings.Contains(line, `"revision":`+want) || strings.Contains(line, " revision="+want+" ")) {
+					return true
+				}
+			}
+			return false
+		})
+		for _, m := range c.Members {
+			al, err := memberClient(t, m).AlarmList(ctx)
+			if err != nil || len(al.Alarms) > 0 {
+				t.Fatalf("alarms on %s: %v, %v", m.Name(), al, err)
+			}
+		}
+	}
+	check(c.Members[0], 1) // the etcd member leads
+	check(c.Members[1], 2) // a Strata member leads
+	t.Logf("MIXED: etcd's compaction hash check passed on the whole cluster (1 etcd + 2 Strata) with an etcd leader and with a Strata leader, no alarm")
+}
