@@ -44,9 +44,12 @@ import (
 // origin: a marked ACTIVATE raises NOSPACE with origin "disk full" (and
 // stores diskFullValue in the alarm bucket, so the origin survives a
 // restart; etcd writes an empty value there and ignores values when it
-// reads one); a marked DEACTIVATE clears only an alarm whose origin is
-// still "disk full". An unmarked ACTIVATE (the quota, an operator) of an
-// alarm raised for a full disk turns it into an ordinary one, and
+// reads one); the member proposes a marked DEACTIVATE only for an alarm
+// whose origin is still "disk full", and it is applied as etcd applies
+// any DEACTIVATE (etcd members of the cluster ignore the mark), so every
+// member, of either kind, clears the same alarm. An unmarked ACTIVATE
+// (the quota, an operator) of an alarm raised for a full disk turns it
+// into an ordinary one, which the member then no longer clears, and
 // `alarm disarm` clears both kinds. Because origin and alarm are applied
 // through raft, every member agrees on both.
 //
@@ -166,7 +169,11 @@ func (d *diskFull) applyMarked(w *mvcc.WriteTx, r *pb.AlarmRequest) *pb.AlarmRes
 		}
 		resp.Alarms = append(resp.Alarms, am)
 	case pb.AlarmRequest_DEACTIVATE:
-		if a.m[k] && d.raised[r.MemberID] {
+		// As etcd applies it (it ignores the mark): the member's NOSPACE
+		// ends, whatever raised it, so that etcd and Strata members of
+		// one cluster keep the same alarms. The proposer clears only an
+		// alarm it raised itself.
+		if a.m[k] {
 			delete(a.m, k)
 			delete(d.raised, r.MemberID)
 			w.Delete(alarmBucket, alarmKeyBytes(r.MemberID, pb.AlarmType_NOSPACE))
