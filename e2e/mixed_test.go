@@ -49,16 +49,7 @@ func TestMixedJoin(t *testing.T) {
 // promoted and agrees with the leader.
 func mixedJoin(t *testing.T, leaderBin, joinerBin, leaderName, joinerName, joinerLog, leaderLog string) {
 	dir := t.TempDir()
-	lead, err := harness.NewServer(harness.ServerConfig{Bin: leaderBin, Name: leaderName, Dir: dir,
-		Flags: []string{"--snapshot-count=10", "--snapshot-catchup-entries=5"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := lead.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lead.Stop() })
-	lcli := memberClient(t, lead)
+	lead, lcli := startMixedLead(t, leaderBin, leaderName, dir, []string{"--snapshot-count=10", "--snapshot-catchup-entries=5"})
 	putN(t, lcli, "mixed/a", 60)
 	ctx, cancel := context.WithTimeout(context.Background(), poll.Deadline)
 	defer cancel()
@@ -69,53 +60,15 @@ func mixedJoin(t *testing.T, leaderBin, joinerBin, leaderName, joinerName, joine
 	if _, err := lcli.Put(ctx, "mixed/leased", "x", clientv3.WithLease(lease.ID)); err != nil {
 		t.Fatal(err)
 	}
-
-	join, err := harness.NewServer(harness.ServerConfig{Bin: joinerBin, Name: joinerName, Dir: dir, InitialCluster: "pending",
-		Flags: []string{"--initial-cluster-state=existing"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	added, err := lcli.MemberAddAsLearner(ctx, []string{join.AdvertisePeerURL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	harness.WithInitialCluster(join, leaderName+"="+lead.AdvertisePeerURL+","+joinerName+"="+join.AdvertisePeerURL)
-	t.Cleanup(func() {
-		join.Stop()
-		if t.Failed() {
-			t.Logf("log of %s:\n%s", joinerName, join.LogTail(40))
-			t.Logf("log of %s:\n%s", leaderName, lead.LogTail(40))
-		}
-	})
-	if err := join.Start(); err != nil {
-		t.Fatal(err)
-	}
+	join, id := joinMixed(t, lead, lcli, joinerBin, joinerName, dir, nil, true)
 	poll.Until(t, "the learner to install the leader's snapshot", func() bool {
 		return harnessLogHas(join, joinerLog) && (leaderLog == "" || harnessLogHas(lead, leaderLog))
 	})
-	poll.UntilNil(t, "member promote of the learner", func() error {
-		pctx, pcancel := context.WithTimeout(context.Background(), time.Second)
-		defer pcancel()
-		_, err := lcli.MemberPromote(pctx, added.Member.ID)
-		return err
-	})
-
 	// Writes through the joined member once it has applied its own
 	// promotion; both agree, key by key and by HashKV, at the same
 	// revision.
+	promoteMixed(t, lcli, join, id)
 	jcli := memberClient(t, join)
-	poll.UntilNil(t, "the joined member to apply its promotion", func() error {
-		lctx, lcancel := context.WithTimeout(context.Background(), time.Second)
-		defer lcancel()
-		st, err := jcli.Status(lctx, join.ClientURL)
-		if err != nil {
-			return err
-		}
-		if st.IsLearner {
-			return fmt.Errorf("still a learner")
-		}
-		return nil
-	})
 	rev := putN(t, jcli, "mixed/b", 20)
 	waitRev(t, lead, rev)
 	waitRev(t, join, rev)
@@ -185,44 +138,12 @@ func TestMixedDivergenceCaught(t *testing.T) {
 		t.Fatalf("go build -tags strata_diverge: %v\n%s", err, out)
 	}
 	const period = 2 * time.Second
-	lead, err := harness.NewServer(harness.ServerConfig{Bin: b.Etcd, Name: "e1", Dir: dir,
-		Flags: []string{"--corrupt-check-time=" + period.String()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := lead.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lead.Stop() })
-	lcli := memberClient(t, lead)
+	lead, lcli := startMixedLead(t, b.Etcd, "e1", dir, []string{"--corrupt-check-time=" + period.String()})
 	putN(t, lcli, "plain", 10)
-	join, err := harness.NewServer(harness.ServerConfig{Bin: diverge, Name: "s1", Dir: dir, InitialCluster: "pending",
-		Flags: []string{"--initial-cluster-state=existing"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	join, id := joinMixed(t, lead, lcli, diverge, "s1", dir, nil, true)
+	promoteMixed(t, lcli, join, id)
 	ctx, cancel := context.WithTimeout(context.Background(), poll.Deadline)
 	defer cancel()
-	added, err := lcli.MemberAddAsLearner(ctx, []string{join.AdvertisePeerURL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	harness.WithInitialCluster(join, "e1="+lead.AdvertisePeerURL+",s1="+join.AdvertisePeerURL)
-	t.Cleanup(func() {
-		join.Stop()
-		if t.Failed() {
-			t.Logf("log of e1:\n%s", lead.LogTail(40))
-		}
-	})
-	if err := join.Start(); err != nil {
-		t.Fatal(err)
-	}
-	poll.UntilNil(t, "member promote of s1", func() error {
-		pctx, pcancel := context.WithTimeout(context.Background(), time.Second)
-		defer pcancel()
-		_, err := lcli.MemberPromote(pctx, added.Member.ID)
-		return err
-	})
 	rev := putN(t, lcli, "plain2", 10)
 	waitRev(t, join, rev)
 
@@ -261,7 +182,7 @@ func TestMixedDivergenceCaught(t *testing.T) {
 		return nil
 	})
 	took := time.Since(start)
-	if want := fmt.Sprintf("%x:CORRUPT", added.Member.ID); strings.Join(alarms, " ") != want {
+	if want := fmt.Sprintf("%x:CORRUPT", id); strings.Join(alarms, " ") != want {
 		t.Fatalf("alarms %v, want only %s (the diverging Strata member)", alarms, want)
 	}
 	if !harnessLogHas(lead, "same compact revision then hashes must match") {
@@ -289,38 +210,10 @@ func TestMixedAuthLeaseExpiry(t *testing.T) {
 	b := needBins(t)
 	strata := strataTarget(t)
 	dir := t.TempDir()
-	s1, err := harness.NewServer(harness.ServerConfig{Bin: strata, Name: "s1", Dir: dir, Flags: clusterFlags})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s1.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s1.Stop() })
-	scli := memberClient(t, s1)
+	s1, scli := startMixedLead(t, strata, "s1", dir, clusterFlags)
+	e1, _ := joinMixed(t, s1, scli, b.Etcd, "e1", dir, clusterFlags, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*poll.Deadline)
 	defer cancel()
-	e1, err := harness.NewServer(harness.ServerConfig{Bin: b.Etcd, Name: "e1", Dir: dir, InitialCluster: "pending",
-		Flags: append(slices.Clone(clusterFlags), "--initial-cluster-state=existing")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	added, err := scli.MemberAdd(ctx, []string{e1.AdvertisePeerURL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	harness.WithInitialCluster(e1, "s1="+s1.AdvertisePeerURL+",e1="+e1.AdvertisePeerURL)
-	t.Cleanup(func() {
-		e1.Stop()
-		if t.Failed() {
-			t.Logf("log of s1:\n%s", s1.LogTail(30))
-			t.Logf("log of e1:\n%s", e1.LogTail(30))
-		}
-	})
-	if err := e1.Start(); err != nil {
-		t.Fatal(err)
-	}
-	_ = added
 	// Auth on: root, and a user whose lease the leader will expire.
 	for _, step := range []func() error{
 		func() error { _, err := scli.UserAdd(ctx, "root", "rootpw"); return err },
@@ -351,14 +244,9 @@ func TestMixedAuthLeaseExpiry(t *testing.T) {
 			if st.Leader != st.Header.MemberId {
 				mctx, mcancel := context.WithTimeout(ctx, 5*time.Second)
 				defer mcancel()
-				ost, err := fcli.Status(mctx, follower.ClientURL)
-				if err != nil {
-					return err
-				}
 				if _, err := fcli.MoveLeader(mctx, st.Header.MemberId); err != nil {
 					return err
 				}
-				_ = ost
 				return fmt.Errorf("moving the leadership to %s", leader.Name())
 			}
 			return nil
@@ -426,37 +314,11 @@ func TestMixedClusterVersionAndDowngrade(t *testing.T) {
 	b := needBins(t)
 	strata := strataTarget(t)
 	dir := t.TempDir()
-	s1, err := harness.NewServer(harness.ServerConfig{Bin: strata, Name: "s1", Dir: dir, Flags: clusterFlags})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s1.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s1.Stop() })
-	scli := memberClient(t, s1)
+	s1, scli := startMixedLead(t, strata, "s1", dir, clusterFlags)
+	putN(t, scli, "cv", 5)
+	e1, _ := joinMixed(t, s1, scli, b.Etcd, "e1", dir, clusterFlags, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*poll.Deadline)
 	defer cancel()
-	putN(t, scli, "cv", 5)
-	e1, err := harness.NewServer(harness.ServerConfig{Bin: b.Etcd, Name: "e1", Dir: dir, InitialCluster: "pending",
-		Flags: append(slices.Clone(clusterFlags), "--initial-cluster-state=existing")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := scli.MemberAdd(ctx, []string{e1.AdvertisePeerURL}); err != nil {
-		t.Fatal(err)
-	}
-	harness.WithInitialCluster(e1, "s1="+s1.AdvertisePeerURL+",e1="+e1.AdvertisePeerURL)
-	t.Cleanup(func() {
-		e1.Stop()
-		if t.Failed() {
-			t.Logf("log of s1:\n%s", s1.LogTail(30))
-			t.Logf("log of e1:\n%s", e1.LogTail(30))
-		}
-	})
-	if err := e1.Start(); err != nil {
-		t.Fatal(err)
-	}
 	if harnessLogHas(e1, "applied snapshot") {
 		t.Fatal("e1 joined by snapshot; this test needs it to learn everything from the log")
 	}
@@ -592,4 +454,79 @@ func TestMixedCompactionHashCheck(t *testing.T) {
 	check(c.Members[0], 1) // the etcd member leads
 	check(c.Members[1], 2) // a Strata member leads
 	t.Logf("MIXED: etcd's compaction hash check passed on the whole cluster (1 etcd + 2 Strata) with an etcd leader and with a Strata leader, no alarm")
+}
+
+// startMixedLead starts a one-member cluster of bin, named name.
+func startMixedLead(t *testing.T, bin, name, dir string, flags []string) (*harness.Server, *clientv3.Client) {
+	t.Helper()
+	lead, err := harness.NewServer(harness.ServerConfig{Bin: bin, Name: name, Dir: dir, Flags: flags})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lead.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lead.Stop() })
+	return lead, memberClient(t, lead)
+}
+
+// joinMixed adds a member of bin, named name, to lead's cluster (member
+// add, as a learner if learner), starts it with --initial-cluster-state
+// existing and flags, and returns it with its id. Both logs are shown if
+// the test fails.
+func joinMixed(t *testing.T, lead *harness.Server, lcli *clientv3.Client, bin, name, dir string, flags []string, learner bool) (*harness.Server, uint64) {
+	t.Helper()
+	join, err := harness.NewServer(harness.ServerConfig{Bin: bin, Name: name, Dir: dir, InitialCluster: "pending",
+		Flags: append(slices.Clone(flags), "--initial-cluster-state=existing")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), poll.Deadline)
+	defer cancel()
+	var added *clientv3.MemberAddResponse
+	if learner {
+		added, err = lcli.MemberAddAsLearner(ctx, []string{join.AdvertisePeerURL})
+	} else {
+		added, err = lcli.MemberAdd(ctx, []string{join.AdvertisePeerURL})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	harness.WithInitialCluster(join, lead.Name()+"="+lead.AdvertisePeerURL+","+name+"="+join.AdvertisePeerURL)
+	t.Cleanup(func() {
+		join.Stop()
+		if t.Failed() {
+			t.Logf("log of %s:\n%s", name, join.LogTail(40))
+			t.Logf("log of %s:\n%s", lead.Name(), lead.LogTail(40))
+		}
+	})
+	if err := join.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return join, added.Member.ID
+}
+
+// promoteMixed promotes learner id through lcli, retrying while the
+// leader says it is not in sync, and waits until join knows it votes.
+func promoteMixed(t *testing.T, lcli *clientv3.Client, join *harness.Server, id uint64) {
+	t.Helper()
+	poll.UntilNil(t, "member promote of "+join.Name(), func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := lcli.MemberPromote(ctx, id)
+		return err
+	})
+	jcli := memberClient(t, join)
+	poll.UntilNil(t, join.Name()+" to apply its promotion", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		st, err := jcli.Status(ctx, join.ClientURL)
+		if err != nil {
+			return err
+		}
+		if st.IsLearner {
+			return fmt.Errorf("still a learner")
+		}
+		return nil
+	})
 }

@@ -43,7 +43,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/strata-db/strata/e2e/harness"
 	"github.com/strata-db/strata/e2e/lin"
 	"github.com/strata-db/strata/internal/poll"
 )
@@ -99,26 +98,7 @@ func TestRollingMigration(t *testing.T) {
 	})
 
 	// Three etcd members: one bootstrapped alone, two added.
-	s, err := harness.NewServer(harness.ServerConfig{Bin: b.Etcd, Name: r.newName(), Dir: r.dir, Flags: r.flags})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	first := r.track(s)
-	st, err := scaleStatus(first)
-	if err != nil {
-		t.Fatal(err)
-	}
-	first.id = st.Header.MemberId
-	ctx, cancel := context.WithTimeout(context.Background(), poll.Deadline)
-	resp, err := first.cli.Get(ctx, lin.Prefix, clientv3.WithPrefix())
-	cancel()
-	if err != nil || len(resp.Kvs) != 0 {
-		t.Fatalf("initial read: %v, %v", err, resp)
-	}
-	initRev := resp.Header.Revision
+	first, initRev := r.bootstrap(b.Etcd)
 
 	// The watch and the lease go through clients that follow the
 	// membership: their endpoints are the voters', updated after every

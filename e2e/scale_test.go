@@ -265,29 +265,7 @@ func TestScaleUnderLoad(t *testing.T) {
 		}
 	})
 
-	// One member, bootstrapped alone.
-	s, err := harness.NewServer(harness.ServerConfig{Bin: bin, Name: r.newName(), Dir: r.dir, Flags: clusterFlags})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	first := r.track(s)
-	st, err := scaleStatus(first)
-	if err != nil {
-		t.Fatalf("status of %s: %v", first.name(), err)
-	}
-	first.id = st.Header.MemberId
-
-	// The key space starts empty; its revision is the model's start.
-	ctx, cancel := context.WithTimeout(context.Background(), poll.Deadline)
-	resp, err := first.cli.Get(ctx, lin.Prefix, clientv3.WithPrefix())
-	cancel()
-	if err != nil || len(resp.Kvs) != 0 {
-		t.Fatalf("initial read: %v, %v", err, resp)
-	}
-	initRev := resp.Header.Revision
+	first, initRev := r.bootstrap(bin)
 
 	start := time.Now()
 	r.activate(first)
@@ -441,6 +419,37 @@ func (r *scaleRun) finish(initRev int64, workTime time.Duration, tag string,
 		}
 		t.Fatalf("seed %d: porcupine %s, %d lost writes, hashkv equal=%v", cfg.seed, res.Verdict, lost, hashOK)
 	}
+}
+
+// bootstrap starts the run's first member, of bin, alone, and returns it
+// with the revision of its (empty) key space: the model's start.
+func (r *scaleRun) bootstrap(bin string) (*scaleMember, int64) {
+	t := r.t
+	t.Helper()
+	flags := clusterFlags
+	if r.flags != nil {
+		flags = r.flags
+	}
+	s, err := harness.NewServer(harness.ServerConfig{Bin: bin, Name: r.newName(), Dir: r.dir, Flags: flags})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	first := r.track(s)
+	st, err := scaleStatus(first)
+	if err != nil {
+		t.Fatalf("status of %s: %v", first.name(), err)
+	}
+	first.id = st.Header.MemberId
+	ctx, cancel := context.WithTimeout(context.Background(), poll.Deadline)
+	resp, err := first.cli.Get(ctx, lin.Prefix, clientv3.WithPrefix())
+	cancel()
+	if err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("initial read: %v, %v", err, resp)
+	}
+	return first, resp.Header.Revision
 }
 
 // clock is the history's time in seconds, to match the steps with the

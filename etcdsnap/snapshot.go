@@ -140,20 +140,13 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 // Write is WriteTo with a context that stops it.
 func (s *Snapshot) Write(ctx context.Context, w io.Writer) (int64, error) {
 	h := sha256.New()
-	cw := &countWriter{w: io.MultiWriter(w, h)}
-	bw := bufio.NewWriterSize(cw, 64<<10)
-	if err := s.write(ctx, bw); err != nil {
-		return cw.n, err
-	}
-	if err := bw.Flush(); err != nil {
-		return cw.n, err
-	}
-	if cw.n != s.Size() {
-		return cw.n, fmt.Errorf("%w: wrote %d bytes, planned %d", ErrChanged, cw.n, s.Size())
+	n, err := s.WriteFile(ctx, io.MultiWriter(w, h))
+	if err != nil {
+		return n, err
 	}
 	s.sum = h.Sum(nil)
-	n, err := w.Write(s.sum)
-	return cw.n + int64(n), err
+	m, err := w.Write(s.sum)
+	return n + int64(m), err
 }
 
 // WriteFile writes the file alone (pass 2), without the SHA-256 trailer:
