@@ -383,11 +383,12 @@ func TestMixedClusterVersionAndDowngrade(t *testing.T) {
 // etcd and two Strata members: the hashes every member stores as its
 // compaction passes are the same, so the leader's check succeeds on the
 // whole cluster, with an etcd leader and then with a Strata leader, and
-// no alarm is raised.
+// no alarm is raised. Then etcd's initial check (InitialCorruptCheck)
+// passes on a restarted member of each kind.
 func TestMixedCompactionHashCheck(t *testing.T) {
 	b := needBins(t)
 	strata := strataTarget(t)
-	flags := append(slices.Clone(clusterFlags), "--feature-gates=CompactHashCheck=true", "--compact-hash-check-time=1s")
+	flags := append(slices.Clone(clusterFlags), "--feature-gates=CompactHashCheck=true,InitialCorruptCheck=true", "--compact-hash-check-time=1s")
 	c, err := harness.NewClusterBins([]string{b.Etcd, strata, strata}, t.TempDir(), flags)
 	if err != nil {
 		t.Fatal(err)
@@ -405,6 +406,7 @@ func TestMixedCompactionHashCheck(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*poll.Deadline)
 	defer cancel()
+	checkedBy := map[bool]bool{} // etcd? -> a check succeeded
 	check := func(leader *harness.Server, round int) {
 		t.Helper()
 		poll.UntilNil(t, leader.Name()+" to lead", func() error {
@@ -431,15 +433,20 @@ func TestMixedCompactionHashCheck(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := fmt.Sprintf("%d", rev-10)
-		poll.Until(t, leader.Name()+"'s compaction hash check to succeed on the whole cluster at revision "+want, func() bool {
-			body, err := os.ReadFile(leader.LogPath)
-			if err != nil {
-				return false
-			}
-			for _, line := range strings.Split(string(body), "\n") {
-				if strings.Contains(line, "successfully checked hash on whole cluster") &&
-					(strings.Contains(line, `"revision":`+want) || strings.Contains(line, " revision="+want+" ")) {
-					return true
+		// The leader's check, whoever leads by then (under load an
+		// election can move it): which kind checked is recorded.
+		poll.Until(t, "a compaction hash check to succeed on the whole cluster at revision "+want, func() bool {
+			for _, m := range c.Members {
+				body, err := os.ReadFile(m.LogPath)
+				if err != nil {
+					continue
+				}
+				for _, line := range strings.Split(string(body), "\n") {
+					if strings.Contains(line, "successfully checked hash on whole cluster") &&
+						(strings.Contains(line, `"revision":`+want) || strings.Contains(line, " revision="+want+" ")) {
+						checkedBy[m.Bin() == b.Etcd] = true
+						return true
+					}
 				}
 			}
 			return false
@@ -453,7 +460,21 @@ func TestMixedCompactionHashCheck(t *testing.T) {
 	}
 	check(c.Members[0], 1) // the etcd member leads
 	check(c.Members[1], 2) // a Strata member leads
-	t.Logf("MIXED: etcd's compaction hash check passed on the whole cluster (1 etcd + 2 Strata) with an etcd leader and with a Strata leader, no alarm")
+	if !checkedBy[true] || !checkedBy[false] {
+		t.Fatalf("the compaction hash checks that succeeded were not made by a leader of each kind (etcd: %v, Strata: %v)", checkedBy[true], checkedBy[false])
+	}
+
+	// The initial check (InitialCorruptCheck): each kind, restarted on
+	// its data, compares its hash with the other kind's before it serves.
+	for _, m := range []*harness.Server{c.Members[0], c.Members[2]} {
+		if err := m.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		if !harnessLogHas(m, "initial corruption checking passed; no corruption") {
+			t.Fatalf("%s did not log a passed initial corruption check:\n%s", m.Name(), m.LogTail(20))
+		}
+	}
+	t.Logf("MIXED: etcd's compaction hash check passed on the whole cluster (1 etcd + 2 Strata) with an etcd leader and with a Strata leader, no alarm; the initial corruption check passed on a restarted etcd member and a restarted Strata member")
 }
 
 // startMixedLead starts a one-member cluster of bin, named name.
