@@ -265,13 +265,32 @@ type peerRaft struct{ p *peers }
 // (403), which tells the sender it was removed.
 const textRemovedMember = "cannot process message from removed member"
 
-func (r peerRaft) Process(ctx context.Context, m *raftpb.Message) error {
+// textMismatchMember is etcd's refusal (403) of a message addressed to
+// another member: the peer URL now belongs to a member with a new id.
+const textMismatchMember = "cannot process message to mismatch member"
+
+// refuse is etcd's gate before a message is stepped: a sender that was
+// removed, or a message for another member, is refused with 403.
+func (r peerRaft) refuse(m *raftpb.Message) error {
 	s := r.p.s
 	if s.members.IsRemoved(m.GetFrom()) {
+		return &transport.RefusedError{Code: http.StatusForbidden, Message: textRemovedMember}
+	}
+	if m.GetTo() != s.id {
+		s.lg.Warn("rejected Raft message to mismatch member", "local-member-id", transport.FormatID(s.id),
+			"mismatch-member-id", transport.FormatID(m.GetTo()))
+		return &transport.RefusedError{Code: http.StatusForbidden, Message: textMismatchMember}
+	}
+	return nil
+}
+
+func (r peerRaft) Process(ctx context.Context, m *raftpb.Message) error {
+	s := r.p.s
+	if err := r.refuse(m); err != nil {
 		if m.GetType() == raftpb.MsgSnap {
 			_ = os.Remove(receivePath(s.cfg.SnapDir(), m))
 		}
-		return &transport.RefusedError{Code: http.StatusForbidden, Message: textRemovedMember}
+		return err
 	}
 	if m.GetType() == raftpb.MsgSnap {
 		s.lg.Info("received a snapshot from the leader; installing it", "from", transport.FormatID(m.GetFrom()),
@@ -289,8 +308,8 @@ func (r peerRaft) Offer(m *raftpb.Message) (bool, error) {
 	if m.GetType() == raftpb.MsgSnap {
 		return false, nil
 	}
-	if s.members.IsRemoved(m.GetFrom()) {
-		return false, &transport.RefusedError{Code: http.StatusForbidden, Message: textRemovedMember}
+	if err := r.refuse(m); err != nil {
+		return false, err
 	}
 	return s.node.TryStep(m), nil
 }
