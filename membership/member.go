@@ -45,6 +45,20 @@ func (m *Member) JSON() []byte {
 	return b
 }
 
+// ParseJSONList decodes a list of member records: a peer's GET /members
+// answer, as etcd serves it.
+func ParseJSONList(b []byte) ([]*Member, error) {
+	var rs []record
+	if err := json.Unmarshal(b, &rs); err != nil {
+		return nil, err
+	}
+	out := make([]*Member, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, &Member{ID: r.ID, Name: r.Name, PeerURLs: r.PeerURLs, ClientURLs: r.ClientURLs, IsLearner: r.IsLearner})
+	}
+	return out, nil
+}
+
 // ParseJSON decodes a member record.
 func ParseJSON(b []byte) (*Member, error) {
 	var r record

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -263,23 +262,7 @@ func (s *Server) remoteMembers(urls []string, timeout time.Duration) (uint64, []
 
 // decodeMembers decodes a peer port's member list (etcd's
 // membership.Member as JSON: /members, a promotion's answer).
-func decodeMembers(b []byte) ([]*Member, error) {
-	var ms []struct {
-		ID         uint64   `json:"id"`
-		Name       string   `json:"name"`
-		PeerURLs   []string `json:"peerURLs"`
-		ClientURLs []string `json:"clientURLs"`
-		IsLearner  bool     `json:"isLearner"`
-	}
-	if err := json.Unmarshal(b, &ms); err != nil {
-		return nil, err
-	}
-	out := make([]*Member, 0, len(ms))
-	for _, m := range ms {
-		out = append(out, &Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner})
-	}
-	return out, nil
-}
+func decodeMembers(b []byte) ([]*Member, error) { return membership.ParseJSONList(b) }
 
 // memberBootstrapped asks the other members of the initial cluster for
 // their membership (GET /members on the peer port, etcd's

@@ -120,9 +120,7 @@ type downgradeEnabledHandler struct{ s *Server }
 
 func (h downgradeEnabledHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s := h.s
-	if r.Method != http.MethodGet {
-		w.Header().Set("Allow", http.MethodGet)
-		http.Error(w, "Method Not Allowed", http.StatusMethodNotAllowed)
+	if !allowOnlyGet(w, r) {
 		return
 	}
 	w.Header().Set("X-Etcd-Cluster-ID", transport.FormatID(s.cluster))

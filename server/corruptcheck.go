@@ -51,14 +51,23 @@ import (
 
 const peerHashKVPath = "/members/hashkv"
 
+// allowOnlyGet answers anything but GET as etcd's peer endpoints do
+// (405 with an Allow header) and reports whether r is a GET.
+func allowOnlyGet(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method == http.MethodGet {
+		return true
+	}
+	w.Header().Set("Allow", http.MethodGet)
+	http.Error(w, "Method Not Allowed", http.StatusMethodNotAllowed)
+	return false
+}
+
 // hashKVHandler serves peerHashKVPath.
 type hashKVHandler struct{ s *Server }
 
 func (h hashKVHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s := h.s
-	if r.Method != http.MethodGet {
-		w.Header().Set("Allow", http.MethodGet)
-		http.Error(w, "Method Not Allowed", http.StatusMethodNotAllowed)
+	if !allowOnlyGet(w, r) {
 		return
 	}
 	cid := transport.FormatID(s.cluster)

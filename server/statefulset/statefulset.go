@@ -83,16 +83,6 @@ func Ordinal(name string) (set string, ord int, err error) {
 	return name[:i], ord, nil
 }
 
-// Member is one record of the cluster's membership, as GET /members on a
-// peer port gives it.
-type Member struct {
-	ID         uint64   `json:"id"`
-	Name       string   `json:"name"`
-	PeerURLs   []string `json:"peerURLs"`
-	ClientURLs []string `json:"clientURLs"`
-	IsLearner  bool     `json:"isLearner"`
-}
-
 // Decision is how Prepare starts the member.
 type Decision struct {
 	// State and InitialCluster replace --initial-cluster-state and
@@ -188,7 +178,7 @@ func (d Decision) Apply(cfg *config.Config) {
 // peer URLs, this one under its own name (as etcdctl member add prints
 // it). Members added but not started yet have no name; they are listed
 // under their id, which no pod name can take.
-func initialCluster(ms []Member, self uint64, name string) string {
+func initialCluster(ms []*membership.Member, self uint64, name string) string {
 	var parts []string
 	for _, m := range ms {
 		n := m.Name
@@ -468,7 +458,7 @@ func (c *cluster) close() {
 
 // members asks the other members' peer ports in turn; errNoPeer when
 // none answers.
-func (c *cluster) members(ctx context.Context) ([]Member, error) {
+func (c *cluster) members(ctx context.Context) ([]*membership.Member, error) {
 	for _, u := range c.peerURLs {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"/members", nil)
 		if err != nil {
@@ -483,8 +473,8 @@ func (c *cluster) members(ctx context.Context) ([]Member, error) {
 		if err != nil || resp.StatusCode != http.StatusOK {
 			continue
 		}
-		var ms []Member
-		if err := json.Unmarshal(b, &ms); err != nil {
+		ms, err := membership.ParseJSONList(b)
+		if err != nil {
 			return nil, fmt.Errorf("GET %s/members: %w", u, err)
 		}
 		return ms, nil
@@ -578,9 +568,9 @@ func transient(err error) bool {
 	return false
 }
 
-func (c *cluster) addLearner(ctx context.Context, peerURLs []string) (uint64, []Member, error) {
+func (c *cluster) addLearner(ctx context.Context, peerURLs []string) (uint64, []*membership.Member, error) {
 	var id uint64
-	var after []Member
+	var after []*membership.Member
 	err := c.retry(ctx, func(ctx context.Context, cl etcdserverpb.ClusterClient) error {
 		resp, err := cl.MemberAdd(ctx, &etcdserverpb.MemberAddRequest{PeerURLs: peerURLs, IsLearner: true})
 		if err != nil {
@@ -589,7 +579,7 @@ func (c *cluster) addLearner(ctx context.Context, peerURLs []string) (uint64, []
 		id = resp.Member.ID
 		after = after[:0]
 		for _, m := range resp.Members {
-			after = append(after, Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner})
+			after = append(after, &membership.Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner})
 		}
 		return nil
 	})
@@ -618,10 +608,10 @@ func (c *cluster) promote(ctx context.Context, id uint64) error {
 }
 
 // find is the member whose peer URLs are self's.
-func find(ms []Member, self []string) *Member {
-	for i := range ms {
-		if slices.Equal(sortedStrings(ms[i].PeerURLs), self) {
-			return &ms[i]
+func find(ms []*membership.Member, self []string) *membership.Member {
+	for _, m := range ms {
+		if slices.Equal(sortedStrings(m.PeerURLs), self) {
+			return m
 		}
 	}
 	return nil
