@@ -85,6 +85,8 @@ func PlanEtcd(ctx context.Context, tx *pagestore.Tx, opts EtcdOptions) (*Etcd, e
 		case schema.IsDataBucket(name):
 			names[string(name)] = true
 		case bytes.Equal(name, schema.Members), bytes.Equal(name, schema.MembersRemoved):
+		case bytes.Equal(name, schema.ConfView):
+			// Raft bookkeeping that etcd keeps in its members buckets.
 		default:
 			out.Skipped = append(out.Skipped, string(name))
 		}

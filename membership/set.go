@@ -169,9 +169,10 @@ func (s *Set) StartedVoters() (started, voters int) {
 	return started, voters
 }
 
-// ApplyConfChange applies a committed membership change to the set and
-// persists it through w. Adding a known member, or removing or updating
-// an unknown one, changes nothing (a replayed entry is a no-op).
+// ApplyConfChange applies a committed membership change that the View
+// accepted to the set and persists it through w. Adding a known member
+// (one this member learned outside the log, at bootstrap or when it
+// joined), or removing or updating an unknown one, changes nothing.
 func (s *Set) ApplyConfChange(cc *raftpb.ConfChange, w Writer) {
 	id := cc.GetNodeId()
 	var r record
@@ -184,10 +185,9 @@ func (s *Set) ApplyConfChange(cc *raftpb.ConfChange, w Writer) {
 	case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
 		old, ok := s.m[id]
 		switch {
-		case ok && old.IsLearner && cc.GetType() == raftpb.ConfChangeAddNode:
-			// A promotion (etcd's context says isPromote; an add of a
-			// known learner as a voter means the same to raft). The
-			// record is replaced, not changed in place (see SetAttributes).
+		case ok && old.IsLearner && r.IsPromote:
+			// A promotion (etcd's context says isPromote). The record is
+			// replaced, not changed in place (see SetAttributes).
 			m := *old
 			m.IsLearner = false
 			s.m[id] = &m

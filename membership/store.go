@@ -80,7 +80,9 @@ func NewRestored(name string, initial map[string][]url.URL, token string) (*Rest
 // members and removed members are dropped, as etcdutl's restore drops
 // them.
 func (r *Restored) Write(tx *pagestore.Tx) error {
-	for _, name := range [][]byte{schema.Members, schema.MembersRemoved} {
+	// (The conf view goes too: the restored members buckets are the
+	// view, LoadView.)
+	for _, name := range [][]byte{schema.Members, schema.MembersRemoved, schema.ConfView} {
 		if err := tx.DeleteBucket(name); err != nil && !isBucketNotFound(err) {
 			return err
 		}

@@ -185,6 +185,12 @@ func (n *Node) handleReady() error {
 		if install, err = n.persistSnapshot(rd.Snapshot); err != nil {
 			return err
 		}
+		if n.cfg.ConfChecker != nil {
+			// The next Ready's conf changes follow the image's index.
+			if err := n.cfg.ConfChecker.Load(install.path); err != nil {
+				return fmt.Errorf("raft: the membership of the snapshot at %d: %w", install.meta.Index, err)
+			}
+		}
 	}
 	if len(rd.Entries) > 0 || rd.MustSync || install != nil {
 		if err := n.wal.SaveAsync(rd.HardState, rd.Entries).Wait(); err != nil {
@@ -254,7 +260,14 @@ func (n *Node) applyConfChange(e *raftpb.Entry) {
 			n.log.Error("undecodable conf change", "index", e.GetIndex(), "error", err)
 			return
 		}
-		if why := refusedChange(n.confState.Load(), &c); why != "" {
+		if n.cfg.ConfChecker != nil {
+			if err := n.cfg.ConfChecker.Check(e.GetIndex(), &c); err != nil {
+				n.log.Warn("refusing a committed conf change", "index", e.GetIndex(), "type", c.GetType().String(),
+					"node", fmt.Sprintf("%x", c.GetNodeId()), "reason", err)
+				c.NodeId = proto.Uint64(0)
+			}
+		}
+		if why := refusedChange(n.confState.Load(), &c); why != "" && c.GetNodeId() != 0 {
 			// Raft would panic on it; the state machine refuses the same
 			// change (membership.Set.ApplyConfChange). A change to node 0
 			// is one raft skips, as etcd does for a refused change.

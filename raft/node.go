@@ -104,11 +104,33 @@ type Config struct {
 	StateMachine StateMachine
 	// Transport sends messages to peers; nil for a single member.
 	Transport Transport
+	// ConfChecker decides which committed conf changes raft applies (as
+	// etcd's member checks each against its membership first); nil
+	// applies every change raft can.
+	ConfChecker ConfChecker
 	// Logger gets lifecycle and error messages. Default: discard.
 	Logger *slog.Logger
 	// Metrics receives read index and snapshot figures; nil records
 	// nothing.
 	Metrics *Metrics
+}
+
+// ConfChecker checks committed conf changes for the raft goroutine, which
+// calls it and nothing else does. A refused change goes to raft with node
+// id 0, which raft skips, as etcd does with a change its membership
+// refuses; the state machine must refuse the same change when it applies
+// it, from the same membership, or raft's configuration would differ
+// between members.
+type ConfChecker interface {
+	// Load sets the membership the checks start from: the state
+	// machine's own (path ""), as of its consistent index, with nothing
+	// being applied (Start calls it before the goroutines run); or that
+	// of the received image at path (the install of a leader's snapshot).
+	Load(path string) error
+	// Check decides the change cc committed at index, in index order from
+	// the entry after the state Load read (replayed entries at or below
+	// its consistent index included): nil applies it.
+	Check(index uint64, cc *raftpb.ConfChange) error
 }
 
 // Errors returned by Node.
@@ -165,7 +187,7 @@ type Node struct {
 	// transferc carries TransferLeadership requests to the raft goroutine.
 	transferc chan uint64
 	// progressc carries Progress requests to the raft goroutine.
-	progressc chan chan map[uint64]uint64
+	progressc chan chan map[uint64]PeerProgress
 
 	appliedMu     sync.Mutex
 	appliedNotify chan struct{} // closed and replaced on every apply
@@ -257,7 +279,7 @@ func Start(cfg Config) (*Node, error) {
 		leaderNotify:    make(chan struct{}),
 		reportc:         make(chan report, 256),
 		transferc:       make(chan uint64),
-		progressc:       make(chan chan map[uint64]uint64),
+		progressc:       make(chan chan map[uint64]PeerProgress),
 		snapc:           make(chan received),
 	}
 	walOpts := cfg.WAL
@@ -309,6 +331,12 @@ func Start(cfg Config) (*Node, error) {
 	}
 	if !restart {
 		n.confs.reset(0, n.confState.Load())
+	}
+	if n.cfg.ConfChecker != nil {
+		if err := n.cfg.ConfChecker.Load(""); err != nil {
+			n.wal.Close()
+			return nil, err
+		}
 	}
 	n.removeStaleImages()
 	// What the WAL holds now (nothing, for a new log: the bootstrap

@@ -111,12 +111,34 @@ func (n *Node) LeaderElected() time.Time {
 	return time.Time{}
 }
 
+// PeerProgress is how far the leader knows a member's log to be, as
+// raft tracks it (etcd's raft.status "progress").
+type PeerProgress struct {
+	Match, Next uint64
+	State       string // StateProbe, StateReplicate or StateSnapshot
+	IsLearner   bool
+}
+
 // Progress returns, on the leader, how far each member's log is known to
 // match the leader's (raft's Progress.Match, the leader's own included);
 // nil on a follower, which does not track it. Etcd decides whether a
 // learner may be promoted from these figures.
 func (n *Node) Progress(ctx context.Context) (map[uint64]uint64, error) {
-	reply := make(chan map[uint64]uint64, 1)
+	full, err := n.PeerProgress(ctx)
+	if full == nil {
+		return nil, err
+	}
+	m := make(map[uint64]uint64, len(full))
+	for id, pr := range full {
+		m[id] = pr.Match
+	}
+	return m, nil
+}
+
+// PeerProgress returns, on the leader, raft's progress of every member
+// of its configuration, voters and learners (nil on a follower).
+func (n *Node) PeerProgress(ctx context.Context) (map[uint64]PeerProgress, error) {
+	reply := make(chan map[uint64]PeerProgress, 1)
 	select {
 	case n.progressc <- reply:
 	case <-ctx.Done():
@@ -134,16 +156,17 @@ func (n *Node) Progress(ctx context.Context) (map[uint64]uint64, error) {
 	}
 }
 
-// answerProgress answers a Progress call. Called from the raft goroutine.
-func (n *Node) answerProgress(reply chan map[uint64]uint64) {
+// answerProgress answers a PeerProgress call. Called from the raft
+// goroutine.
+func (n *Node) answerProgress(reply chan map[uint64]PeerProgress) {
 	st := n.rn.Status()
 	if st.Progress == nil {
 		reply <- nil
 		return
 	}
-	m := make(map[uint64]uint64, len(st.Progress))
+	m := make(map[uint64]PeerProgress, len(st.Progress))
 	for id, pr := range st.Progress {
-		m[id] = pr.Match
+		m[id] = PeerProgress{Match: pr.Match, Next: pr.Next, State: pr.State.String(), IsLearner: pr.IsLearner}
 	}
 	reply <- m
 }

@@ -24,6 +24,13 @@ var (
 	Cluster        = []byte("cluster")         // ClusterVersionKey -> version
 )
 
+// ConfView is Strata's own bucket of the membership that committed conf
+// changes are checked against (membership.View): "view" -> JSON,
+// "refused" -> the indexes of refused changes (u64 big-endian each). An
+// etcd snapshot.db does not carry it; etcd checks against its members
+// buckets, which a Strata state converted from etcd's starts from.
+var ConfView = []byte("strata_confview")
+
 // EtcdBuckets are the buckets etcd creates in every backend, so an etcd
 // snapshot.db always has them (even empty).
 var EtcdBuckets = [][]byte{Key, Meta, Lease, Alarm, Cluster, Members, MembersRemoved, Auth, AuthUsers, AuthRoles}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-db/strata/etcdsnap"
+	"github.com/strata-db/strata/membership"
 	"github.com/strata-db/strata/mvcc"
 	"github.com/strata-db/strata/pagestore"
 	"github.com/strata-db/strata/raft"
@@ -25,6 +26,9 @@ type applier struct {
 	// applied is the index of the last entry applied (in memory); entries
 	// at or below it are skipped, which makes WAL replay idempotent.
 	applied atomic.Uint64
+	// view is the membership committed conf changes are checked against
+	// (confcheck.go), owned by the apply goroutine.
+	view *membership.View
 }
 
 func newApplier(s *Server) *applier {

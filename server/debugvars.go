@@ -1,11 +1,13 @@
 package server
 
 import (
+	"context"
 	"expvar"
 	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -16,10 +18,11 @@ import (
 // soft RLIMIT_NOFILE) and "raft.status".
 //
 // raft.status carries the fields of etcd's (go.etcd.io/raft's Status
-// JSON) that this member's raft loop exports without stopping it: id,
-// term, commit, lead (ids in hex), raftState (when a leader is known)
-// and applied. etcd's vote,
-// progress and leadtransferee are left out rather than guessed.
+// JSON) that this member's raft loop exports: id, term, commit, lead (ids
+// in hex), raftState (when a leader is known), applied, and progress (on
+// the leader, each member of raft's configuration, learners included:
+// match, next, state; empty on a follower, as etcd's). etcd's vote and
+// leadtransferee are left out rather than guessed.
 //
 // expvar names are process-wide and cannot be published twice, so the
 // variables are published once and read the member that served last
@@ -57,14 +60,29 @@ func (s *Server) raftStatusVar() any {
 	case st.Leader != 0:
 		state = "StateFollower"
 	}
+	type progress struct {
+		Match uint64 `json:"match"`
+		Next  uint64 `json:"next"`
+		State string `json:"state"`
+	}
+	prs := map[string]progress{}
+	if st.Leader == st.ID {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		full, _ := s.node.PeerProgress(ctx)
+		cancel()
+		for id, pr := range full {
+			prs[fmt.Sprintf("%x", id)] = progress{pr.Match, pr.Next, pr.State}
+		}
+	}
 	return struct {
-		ID        string `json:"id"`
-		Term      uint64 `json:"term"`
-		Commit    uint64 `json:"commit"`
-		Lead      string `json:"lead"`
-		RaftState string `json:"raftState,omitempty"`
-		Applied   uint64 `json:"applied"`
-	}{fmt.Sprintf("%x", st.ID), st.Term, st.Committed, fmt.Sprintf("%x", st.Leader), state, st.Applied}
+		ID        string              `json:"id"`
+		Term      uint64              `json:"term"`
+		Commit    uint64              `json:"commit"`
+		Lead      string              `json:"lead"`
+		RaftState string              `json:"raftState,omitempty"`
+		Applied   uint64              `json:"applied"`
+		Progress  map[string]progress `json:"progress"`
+	}{fmt.Sprintf("%x", st.ID), st.Term, st.Committed, fmt.Sprintf("%x", st.Leader), state, st.Applied, prs}
 }
 
 func (s *Server) handleDebugVars(w http.ResponseWriter, r *http.Request) {

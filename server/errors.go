@@ -10,6 +10,7 @@ import (
 
 	"github.com/strata-db/strata/auth"
 	"github.com/strata-db/strata/lease"
+	"github.com/strata-db/strata/membership"
 	"github.com/strata-db/strata/mvcc"
 	"github.com/strata-db/strata/raft"
 )
@@ -45,6 +46,16 @@ func toGRPCError(err error) error {
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
+	case errors.Is(err, membership.ErrIDRemoved), errors.Is(err, membership.ErrIDNotFound):
+		return rpctypes.ErrGRPCMemberNotFound
+	case errors.Is(err, membership.ErrIDExists):
+		return rpctypes.ErrGRPCMemberExist
+	case errors.Is(err, membership.ErrPeerURLExists):
+		return rpctypes.ErrGRPCPeerURLExist
+	case errors.Is(err, membership.ErrMemberNotLearner):
+		return rpctypes.ErrGRPCMemberNotLearner
+	case errors.Is(err, membership.ErrTooManyLearners):
+		return rpctypes.ErrGRPCTooManyLearners
 	case errors.Is(err, mvcc.ErrCompacted):
 		return rpctypes.ErrGRPCCompacted
 	case errors.Is(err, mvcc.ErrFutureRev):

@@ -368,7 +368,9 @@ func (s *Server) promoteOnLeader(ctx context.Context, id uint64) ([]*Member, err
 	}
 	cc := &raftpb.ConfChange{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: proto.Uint64(id), Context: membership.PromoteContext(id)}
 	if _, err := s.proposeMemberChange(ctx, cc); err != nil {
-		return nil, err
+		// (A refusal at apply maps to errPromoteNotFound and
+		// errPromoteNotLearner.)
+		return nil, toGRPCError(err)
 	}
 	return s.members.List(), nil
 }
@@ -424,14 +426,22 @@ func (a *applier) applyConfChange(idx, term uint64, e *raftpb.Entry) {
 		s.lg.Error("cannot decode a committed conf change", "index", idx, "error", err)
 		return
 	}
-	s.members.ApplyConfChange(&cc, w)
-	if s.peers != nil {
-		s.peers.syncMembers()
+	// The raft goroutine refused the same changes (confcheck.go).
+	refused := a.view.Apply(idx, &cc, s.cfg.MaxLearners)
+	a.view.Persist(w)
+	if refused != nil {
+		s.lg.Warn("refused a committed conf change", "index", idx, "type", cc.GetType().String(),
+			"member-id", transport.FormatID(cc.GetNodeId()), "reason", refused)
+	} else {
+		s.members.ApplyConfChange(&cc, w)
+		if s.peers != nil {
+			s.peers.syncMembers()
+		}
 	}
 	if cc.GetId() != 0 {
-		s.wait.trigger(cc.GetId(), applyResult{})
+		s.wait.trigger(cc.GetId(), applyResult{err: refused})
 	}
-	if cc.GetType() == raftpb.ConfChangeRemoveNode && cc.GetNodeId() == s.id {
+	if refused == nil && cc.GetType() == raftpb.ConfChangeRemoveNode && cc.GetNodeId() == s.id {
 		// As etcd: stop a little later, so the leader's next messages
 		// tell the other members the entry is committed before this one
 		// goes (the leader's own removal included).

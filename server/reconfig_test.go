@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,8 +12,11 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-db/strata/internal/poll"
+	"github.com/strata-db/strata/membership"
 	"github.com/strata-db/strata/server/config"
 )
 
@@ -451,4 +455,90 @@ func TestDiscoveryV3Auth(t *testing.T) {
 	c.start(m)
 	c.waitReady(m)
 	mustPut(t, m, "k", "v")
+}
+
+// TestConfChangeRefusedAcrossSnapshot: a committed add whose peer URL a
+// member already has is refused by every member (raft gets node id 0),
+// as etcd's members refuse it at apply, and the decision survives the
+// ways a member's membership is rebuilt: a member that was down installs
+// a snapshot cut after the refusal and then decides the next conflicting
+// add from the snapshot's membership, and a restart replays its WAL.
+// Raft's configuration and the member list stay equal on all members.
+func TestConfChangeRefusedAcrossSnapshot(t *testing.T) {
+	c := newTestClusterHooked(t, 3, reconfigHooks, "--snapshot-count", "20", "--snapshot-catchup-entries", "5")
+	lead := c.leader()
+	lagging := c.followers()[0]
+	c.stop(lagging)
+	// Adds of one URL, proposed past the API's checks (as an etcd member
+	// proposes them, or racing adds through two members): the first is
+	// applied while lagging is down, so only the snapshot tells lagging
+	// that the URL is taken.
+	const taken = "http://127.0.0.1:9"
+	add := func(id uint64) error {
+		m := &Member{ID: id, PeerURLs: []string{taken}, IsLearner: true}
+		_, err := lead.s.proposeMemberChange(ctxT(t), &raftpb.ConfChange{Type: raftpb.ConfChangeAddLearnerNode.Enum(),
+			NodeId: proto.Uint64(id), Context: m.JSON()})
+		return err
+	}
+	if err := add(0x50); err != nil {
+		t.Fatal(err)
+	}
+	if err := add(0x51); !errors.Is(err, membership.ErrPeerURLExists) {
+		t.Fatalf("a second add of %s: %v, want %v", taken, err, membership.ErrPeerURLExists)
+	}
+	for i := 0; i < 60; i++ {
+		mustPut(t, lead, fmt.Sprintf("k%02d", i), "v")
+	}
+	same := func(when string) {
+		t.Helper()
+		want := lead.s.node.Status()
+		wantMembers := fmt.Sprint(memberKeys(lead.s.members.List()))
+		for _, m := range c.members {
+			poll.UntilNil(t, m.name+" to apply the leader's changes "+when, func() error {
+				st := m.s.node.Status()
+				if fmt.Sprint(st.Voters, st.Learners) != fmt.Sprint(want.Voters, want.Learners) {
+					return fmt.Errorf("raft voters %x learners %x, the leader's %x %x", st.Voters, st.Learners, want.Voters, want.Learners)
+				}
+				if got := fmt.Sprint(memberKeys(m.s.members.List())); got != wantMembers {
+					return fmt.Errorf("members %s, the leader's %s", got, wantMembers)
+				}
+				return nil
+			})
+		}
+		if len(want.Learners) != 1 {
+			t.Fatalf("%s: raft learners %x, want the one added", when, want.Learners)
+		}
+	}
+	c.restart(lagging)
+	poll.Until(t, "the lagging member to install a snapshot", func() bool {
+		return strings.Contains(lagging.logText(), "restored the state from a leader's snapshot")
+	})
+	if strings.Contains(lagging.logText(), "refused a committed conf change") {
+		t.Fatal("the lagging member applied the refused add from the log; the test needs it to come by snapshot")
+	}
+	same("after the install")
+	// Decided from the installed membership: refused there too.
+	if err := add(0x52); !errors.Is(err, membership.ErrPeerURLExists) {
+		t.Fatalf("a third add of %s: %v, want %v", taken, err, membership.ErrPeerURLExists)
+	}
+	poll.Until(t, "the restored member to refuse the third add", func() bool {
+		return strings.Contains(lagging.logText(), "refused a committed conf change")
+	})
+	same("after a refusal on the restored member")
+	for _, m := range c.members {
+		c.stop(m)
+		c.restart(m)
+	}
+	lead = c.leader()
+	mustPut(t, lead, "after", "restart")
+	same("after every member restarted")
+}
+
+// memberKeys describes members by id, peer URLs and learner flag.
+func memberKeys(ms []*Member) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, fmt.Sprintf("%x%v%v", m.ID, m.PeerURLs, m.IsLearner))
+	}
+	return out
 }

@@ -72,6 +72,9 @@ func (a *applier) Restore(meta raft.SnapshotMeta, path string) error {
 	if err := s.members.Reset(db); err != nil {
 		return err
 	}
+	if _, a.view, err = loadView(db); err != nil {
+		return err
+	}
 	if s.peers != nil {
 		s.peers.syncMembers()
 	}

@@ -275,6 +275,7 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 		PreVote:         cfg.PreVote,
 		ForceNewCluster: cfg.ForceNewCluster,
 		StateMachine:    s.applier,
+		ConfChecker:     &confChecker{s: s},
 		Transport:       s.peers,
 		Logger:          lg,
 		Metrics:         s.metrics.raft,
