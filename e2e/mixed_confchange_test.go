@@ -231,3 +231,69 @@ func hashesEqual(t *testing.T, ctx context.Context, rev int64, ms []*harness.Ser
 		}
 	}
 }
+
+// TestMixedJoinVersionCheck: a member that joins checks the running
+// cluster's version as etcd's does (GET /version and /downgrade/enabled
+// on the peers). With a downgrade to 3.6 enabled, a 3.7 member of either
+// kind refuses to join a leader of either kind ("incompatible with
+// current running cluster"), and exits before it touches raft; once the
+// downgrade is cancelled, a Strata member joins.
+func TestMixedJoinVersionCheck(t *testing.T) {
+	b := needBins(t)
+	strata := strataTarget(t)
+	for _, lead := range []struct{ kind, bin string }{{"strata", strata}, {"etcd", b.Etcd}} {
+		t.Run("leader="+lead.kind, func(t *testing.T) {
+			dir := t.TempDir()
+			l, lcli := startMixedLead(t, lead.bin, "l1", dir, clusterFlags)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*poll.Deadline)
+			defer cancel()
+			poll.UntilNil(t, "downgrade enable 3.6", func() error {
+				_, err := lcli.Downgrade(ctx, clientv3.DowngradeEnable, "3.6")
+				return err
+			})
+			for _, j := range []struct{ kind, bin string }{{"strata", strata}, {"etcd", b.Etcd}} {
+				name := "j-" + j.kind
+				join, err := harness.NewServer(harness.ServerConfig{Bin: j.bin, Name: name, Dir: dir, InitialCluster: "pending",
+					Flags: append(slices.Clone(clusterFlags), "--initial-cluster-state=existing")})
+				if err != nil {
+					t.Fatal(err)
+				}
+				added, err := lcli.MemberAddAsLearner(ctx, []string{join.AdvertisePeerURL})
+				if err != nil {
+					t.Fatal(err)
+				}
+				harness.WithInitialCluster(join, l.Name()+"="+l.AdvertisePeerURL+","+name+"="+join.AdvertisePeerURL)
+				if err := join.Start(); err == nil {
+					join.Stop()
+					t.Fatalf("%s joined a cluster with a downgrade to 3.6 enabled", name)
+				}
+				if !harnessLogHas(join, "incompatible with current running cluster") {
+					t.Fatalf("%s did not join, but not for its version; its log:\n%s", name, join.LogTail(30))
+				}
+				if _, err := lcli.MemberRemove(ctx, added.Member.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := lcli.Downgrade(ctx, clientv3.DowngradeCancel, ""); err != nil {
+				t.Fatal(err)
+			}
+			joinMixed(t, l, lcli, strata, "s-after", dir, clusterFlags, true)
+			poll.UntilNil(t, "the Strata learner to serve after the cancel", func() error {
+				r, err := lcli.MemberList(ctx)
+				if err != nil {
+					return err
+				}
+				for _, m := range r.Members {
+					if m.Name == "s-after" {
+						return nil
+					}
+				}
+				return fmt.Errorf("s-after has not published its name")
+			})
+		})
+	}
+	if t.Failed() {
+		return
+	}
+	t.Logf("MIXED: with a downgrade to 3.6 enabled, Strata and etcd 3.7 members both refused to join a Strata and an etcd leader; after the cancel a Strata member joined")
+}

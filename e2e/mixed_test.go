@@ -236,21 +236,7 @@ func TestMixedAuthLeaseExpiry(t *testing.T) {
 	rs, re := root(s1), root(e1)
 	expire := func(leader, follower *harness.Server, lcli, fcli *clientv3.Client, key string) {
 		t.Helper()
-		poll.UntilNil(t, leader.Name()+" to lead", func() error {
-			st, err := lcli.Status(ctx, leader.ClientURL)
-			if err != nil {
-				return err
-			}
-			if st.Leader != st.Header.MemberId {
-				mctx, mcancel := context.WithTimeout(ctx, 5*time.Second)
-				defer mcancel()
-				if _, err := fcli.MoveLeader(mctx, st.Header.MemberId); err != nil {
-					return err
-				}
-				return fmt.Errorf("moving the leadership to %s", leader.Name())
-			}
-			return nil
-		})
+		leadOn(t, ctx, leader, lcli, fcli)
 		l, err := lcli.Grant(ctx, 2)
 		if err != nil {
 			t.Fatal(err)

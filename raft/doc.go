@@ -16,7 +16,15 @@
 //  3. Committed entries are passed to the apply goroutine in order, before
 //     step 2, so applying overlaps the fdatasync. Conf changes are applied
 //     to the RawNode here, in the raft goroutine, because RawNode is not
-//     safe for concurrent use.
+//     safe for concurrent use. Config.ConfChecker decides each one first,
+//     as etcd's member validates a change at apply: a refused change goes
+//     to raft with node id 0, which raft skips. The checker keeps its own
+//     membership, decided from the log alone, because the state machine
+//     lags the raft goroutine; it is reloaded at Start (from the state
+//     machine, whose persisted refusals answer for the replayed entries at
+//     or below its consistent index) and at the install of a snapshot
+//     (from the image), so a restart or an install cannot decide a change
+//     differently from the first time.
 //  4. After the WAL write, the persisted index (the last index the WAL
 //     holds) is published to the state machine (StateMachine.Persisted)
 //     and to snapshot waiters.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"github.com/strata-db/strata/membership"
 	"github.com/strata-db/strata/raft"
 	"github.com/strata-db/strata/raft/transport"
+	"github.com/strata-db/strata/version"
 	"github.com/strata-db/strata/wal"
 )
 
@@ -185,11 +187,120 @@ func (s *Server) joinIDs(initial map[string][]url.URL) error {
 		return fmt.Errorf("the running cluster has no member with this member's peer URLs %v: add it first (etcdctl member add %s --peer-urls=%s)",
 			self, s.cfg.Name, strings.Join(self, ","))
 	}
+	if err := s.checkJoinVersions(remote); err != nil {
+		return err
+	}
+	learners := 0
+	for _, m := range remote {
+		if m.IsLearner {
+			learners++
+		}
+	}
+	if learners > s.cfg.MaxLearners {
+		return membership.ErrTooManyLearners
+	}
 	s.cluster = cid
 	for _, m := range remote {
 		s.members.Add(m)
 	}
 	return nil
+}
+
+// errIncompatibleCluster is etcd's refusal to join a cluster of another
+// version.
+var errIncompatibleCluster = errors.New("incompatible with current running cluster")
+
+// checkJoinVersions is etcd's version check for a joining member
+// (isCompatibleWithCluster): every other member that answers GET /version
+// on its peer port must run a cluster version this member supports, from
+// 3.0 to its own major.minor, or exactly the next minor when a downgrade
+// is enabled (the first answer to GET /downgrade/enabled says); at least
+// one must answer with a decided version. A member's answer is taken from
+// the first of its peer URLs that gives one.
+func (s *Server) checkJoinVersions(remote []*Member) error {
+	cc, done, err := s.peerHTTPClient(s.requestTimeout())
+	if err != nil {
+		return err
+	}
+	defer done()
+	get := func(m *Member, path string) ([]byte, bool) {
+		for _, u := range m.PeerURLs {
+			resp, err := cc.Get(u + path)
+			if err != nil {
+				s.lg.Warn("failed to reach the peer URL", "address", u+path, "remote-member-id", transport.FormatID(m.ID), "error", err)
+				continue
+			}
+			b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			resp.Body.Close()
+			if err == nil && resp.StatusCode == http.StatusOK {
+				return b, true
+			}
+		}
+		return nil, false
+	}
+	var others []*Member
+	for _, m := range remote {
+		if m.ID != s.id {
+			others = append(others, m)
+		}
+	}
+	curMajor, curMinor, _ := parseSemver(version.Cluster)
+	lo, hi := [2]int64{3, 0}, [2]int64{curMajor, curMinor}
+	for _, m := range others {
+		if b, ok := get(m, "/downgrade/enabled"); ok {
+			if strings.TrimSpace(string(b)) == "true" {
+				lo, hi = [2]int64{curMajor, curMinor + 1}, [2]int64{curMajor, curMinor + 1}
+			}
+			break
+		}
+	}
+	less := func(a, b [2]int64) bool { return a[0] < b[0] || a[0] == b[0] && a[1] < b[1] }
+	ok := false
+	for _, m := range others {
+		b, answered := get(m, "/version")
+		if !answered {
+			continue
+		}
+		var v struct {
+			Cluster string `json:"etcdcluster"`
+		}
+		if json.Unmarshal(b, &v) != nil {
+			continue
+		}
+		major, minor, parsed := parseSemver(v.Cluster)
+		if !parsed {
+			continue // not_decided
+		}
+		cv := [2]int64{major, minor}
+		switch {
+		case less(cv, lo):
+			s.lg.Warn("cluster version of remote member is not compatible; too low", "remote-member-id", transport.FormatID(m.ID),
+				"remote-member-cluster-version", v.Cluster, "minimum-cluster-version-supported", fmt.Sprintf("%d.%d.0", lo[0], lo[1]))
+			return errIncompatibleCluster
+		case less(hi, cv):
+			s.lg.Warn("cluster version of remote member is not compatible; too high", "remote-member-id", transport.FormatID(m.ID),
+				"remote-member-cluster-version", v.Cluster, "maximum-cluster-version-supported", fmt.Sprintf("%d.%d.0", hi[0], hi[1]))
+			return errIncompatibleCluster
+		}
+		ok = true
+	}
+	if !ok {
+		return errIncompatibleCluster
+	}
+	return nil
+}
+
+// peerHTTPClient is a client for the other members' peer ports, with
+// this member's peer TLS; done releases its connections.
+func (s *Server) peerHTTPClient(timeout time.Duration) (*http.Client, func(), error) {
+	clientTLS, err := s.cfg.PeerClientTLS()
+	if err != nil {
+		return nil, nil, err
+	}
+	rt := &http.Transport{TLSClientConfig: clientTLS}
+	cc := &http.Client{Transport: rt, Timeout: timeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return cc, rt.CloseIdleConnections, nil
 }
 
 // assignIDs checks that the initial cluster lists the same members as the
@@ -227,14 +338,11 @@ func sortedCopy(ss []string) []string {
 // (GET /members, and the cluster id in its X-Etcd-Cluster-ID header), each
 // within timeout; the first that answers decides.
 func (s *Server) remoteMembers(urls []string, timeout time.Duration) (uint64, []*Member, error) {
-	clientTLS, err := s.cfg.PeerClientTLS()
+	cc, done, err := s.peerHTTPClient(timeout)
 	if err != nil {
 		return 0, nil, err
 	}
-	rt := &http.Transport{TLSClientConfig: clientTLS}
-	defer rt.CloseIdleConnections()
-	cc := &http.Client{Transport: rt, Timeout: timeout,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	defer done()
 	for _, u := range urls {
 		resp, err := cc.Get(u + "/members")
 		if err != nil {
