@@ -354,7 +354,44 @@ func (n *Node) applyLoop() {
 					n.log.Warn("snapshot failed; will retry", "index", idx, "error", err)
 				}
 			}(last, b.cs)
+		} else {
+			n.trimSoleLog()
 		}
+	}
+}
+
+// trimSoleStep is how far the state machine's durable index must have
+// moved past the last trim for trimSoleLog to trim again.
+const trimSoleStep = 1024
+
+// trimSoleLog drops, on a member alone in its configuration, the
+// in-memory log the state machine already holds durably. Raft keeps
+// entries in memory for followers that fall behind; a sole member has
+// none, and between two snapshots (SnapshotCount entries apart) it would
+// otherwise hold up to that many requests' payloads. A member added later
+// starts from an empty log and needs a snapshot anyway. Called from the
+// apply goroutine, never while a snapshot is being cut: a snapshot's
+// index was taken from an earlier batch and may be below the durable
+// index, and MemoryStorage cannot cut a snapshot below its first entry.
+// Images are cut at the durable index or above, under snapMu.
+func (n *Node) trimSoleLog() {
+	cs := n.confState.Load()
+	if len(cs.GetLearners()) > 0 || !slices.Equal(cs.GetVoters(), []uint64{n.cfg.ID}) {
+		return
+	}
+	ci := n.sm.ConsistentIndex()
+	if ci < n.trimmedTo+trimSoleStep || n.snapshotting.Load() || !n.snapMu.TryLock() {
+		return
+	}
+	defer n.snapMu.Unlock()
+	if last, err := n.storage.LastIndex(); err != nil || ci > last {
+		return
+	}
+	switch err := n.storage.Compact(ci); {
+	case err == nil, errors.Is(err, etcdraft.ErrCompacted):
+		n.trimmedTo = ci
+	default:
+		n.log.Warn("cannot trim the in-memory raft log", "index", ci, "error", err)
 	}
 }
 
@@ -437,8 +474,16 @@ func (n *Node) snapshot(idx uint64, cs *raftpb.ConfState) error {
 		return err
 	}
 	n.cfg.Metrics.snapshotSaved(t1.Sub(t0), time.Since(t1))
-	if idx > n.cfg.CatchUpEntries {
-		if err := n.storage.Compact(idx - n.cfg.CatchUpEntries); err != nil && err != etcdraft.ErrCompacted {
+	// Entries kept for slow followers; a member that is the only one in
+	// the configuration at idx has none, and would only hold them in
+	// memory (a member added later needs a snapshot anyway: its log
+	// starts at index 1).
+	keep := n.cfg.CatchUpEntries
+	if len(cs.GetLearners()) == 0 && slices.Equal(cs.GetVoters(), []uint64{n.cfg.ID}) {
+		keep = 0
+	}
+	if idx > keep {
+		if err := n.storage.Compact(idx - keep); err != nil && err != etcdraft.ErrCompacted {
 			return err
 		}
 	}

@@ -93,7 +93,8 @@ type Config struct {
 	// (etcd's --snapshot-count, default 10000).
 	SnapshotCount uint64
 	// CatchUpEntries are kept in memory after a snapshot for slow
-	// followers (etcd keeps 5000).
+	// followers (etcd keeps 5000); none on a member alone in its
+	// configuration.
 	CatchUpEntries uint64
 	// MaxSizePerMsg and MaxInflightMsgs bound replication batches.
 	MaxSizePerMsg   uint64
@@ -201,6 +202,7 @@ type Node struct {
 
 	snapIndex    atomic.Uint64 // index of the newest snapshot
 	snapshotting atomic.Bool   // a background snapshot is running
+	trimmedTo    uint64        // the apply goroutine's last trimSoleLog index
 	snapWG       sync.WaitGroup
 	// snapMu serializes what cuts raft snapshots or replaces the state
 	// machine's state: the periodic snapshot, preparing an image for a

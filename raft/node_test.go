@@ -224,3 +224,64 @@ func TestReadIndexBatchesAndWaitsForApply(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSoleMemberTrimsInMemoryLog: a member alone in its configuration
+// drops the in-memory log its state machine holds durably, between
+// snapshots too (no follower will ask for it), and still replays its WAL
+// after a restart and cuts its next snapshot.
+func TestSoleMemberTrimsInMemoryLog(t *testing.T) {
+	dir := t.TempDir()
+	smPath := filepath.Join(dir, "sm")
+	sm := openFileSM(t, smPath)
+	const snapEvery = 5000
+	n := startNode(t, dir, sm, snapEvery)
+	proposeAndWait(t, n, sm, "first")
+	const total = 3000
+	for i := 0; i < total; i++ {
+		if err := n.Propose(context.Background(), []byte(fmt.Sprintf("v%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.Until(t, "every proposal applied", func() bool { return len(sm.snapshot()) == total+1 })
+	// The page store commits on its own; here the test commits.
+	if err := sm.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	ci := sm.ConsistentIndex()
+	if ci < total {
+		t.Fatalf("durable index %d after %d entries", ci, total)
+	}
+	proposeAndWait(t, n, sm, "after-commit") // an apply batch, which trims
+	first, err := n.storage.FirstIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first != ci+1 {
+		t.Fatalf("in-memory log starts at %d; the durable index is %d, so it should start at %d", first, ci, ci+1)
+	}
+	if si := n.snapIndex.Load(); si != 0 {
+		t.Fatalf("a snapshot at %d: the trim must not need one", si)
+	}
+	if err := n.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	sm2 := openFileSM(t, smPath)
+	n2 := startNode(t, dir, sm2, snapEvery)
+	defer n2.Stop()
+	proposeAndWait(t, n2, sm2, "after-restart")
+	if got := sm2.snapshot(); len(got) != total+3 || got[1] != "v0" || got[total] != fmt.Sprintf("v%d", total-1) {
+		t.Fatalf("state after restart has %d entries", len(got))
+	}
+	// The next snapshot is cut above the trimmed log.
+	for i := 0; n2.snapIndex.Load() == 0; i++ {
+		if i > 2*snapEvery {
+			t.Fatalf("no snapshot after %d more entries", i)
+		}
+		if i%500 == 0 {
+			if err := sm2.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		proposeAndWait(t, n2, sm2, fmt.Sprintf("w%d", i))
+	}
+}
