@@ -61,10 +61,12 @@ type viewMember struct {
 	learner  bool
 }
 
-// maxRefused bounds the refused indexes kept: only those since the raft
-// snapshot before the consistent index are ever asked for, and a refusal
-// is rare (two racing adds of one peer URL).
-const maxRefused = 1024
+// maxRefused bounds the refused indexes kept (8 bytes each, rewritten
+// with each conf change): only those since the raft snapshot before the
+// consistent index are ever asked for, at most --snapshot-count entries
+// plus a page-store commit's worth back, and a refusal is rare (two
+// racing adds of one peer URL).
+const maxRefused = 8192
 
 // NewView returns the empty view, the one before the first entry.
 func NewView() *View {
