@@ -355,7 +355,7 @@ func (n *Node) applyLoop() {
 				}
 			}(last, b.cs)
 		} else {
-			n.trimSoleLog()
+			n.trimSoleLog(last)
 		}
 	}
 }
@@ -365,7 +365,11 @@ func (n *Node) applyLoop() {
 const trimSoleStep = 1024
 
 // trimSoleLog drops, on a member alone in its configuration, the
-// in-memory log the state machine already holds durably. Raft keeps
+// in-memory log the state machine already holds durably, up to last, the
+// end of the batch just applied: raft never reads again what it has
+// handed out, but it may not yet have handed out everything below the
+// durable index (after a restart it replays the log from its snapshot in
+// batches, and the state machine is already durable far ahead). Raft keeps
 // entries in memory for followers that fall behind; a sole member has
 // none, and between two snapshots (SnapshotCount entries apart) it would
 // otherwise hold up to that many requests' payloads. A member added later
@@ -374,12 +378,12 @@ const trimSoleStep = 1024
 // index was taken from an earlier batch and may be below the durable
 // index, and MemoryStorage cannot cut a snapshot below its first entry.
 // Images are cut at the durable index or above, under snapMu.
-func (n *Node) trimSoleLog() {
+func (n *Node) trimSoleLog(last uint64) {
 	cs := n.confState.Load()
 	if len(cs.GetLearners()) > 0 || !slices.Equal(cs.GetVoters(), []uint64{n.cfg.ID}) {
 		return
 	}
-	ci := n.sm.ConsistentIndex()
+	ci := min(n.sm.ConsistentIndex(), last)
 	if ci < n.trimmedTo+trimSoleStep || n.snapshotting.Load() || !n.snapMu.TryLock() {
 		return
 	}

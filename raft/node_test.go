@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -115,9 +116,9 @@ func (s *fileSM) snapshot() []string {
 	return append([]string(nil), s.data...)
 }
 
-func startNode(t *testing.T, dir string, sm StateMachine, snapCount uint64) *Node {
+func startNode(t *testing.T, dir string, sm StateMachine, snapCount uint64, opts ...func(*Config)) *Node {
 	t.Helper()
-	n, err := Start(Config{
+	cfg := Config{
 		ID: 1, ClusterID: 7, Peers: []etcdraft.Peer{{ID: 1}},
 		WALDir: filepath.Join(dir, "wal"),
 		// 1 MiB segments: Open reads a whole segment twice (LastSnapshot,
@@ -127,7 +128,11 @@ func startNode(t *testing.T, dir string, sm StateMachine, snapCount uint64) *Nod
 		TickInterval:  10 * time.Millisecond,
 		ElectionTicks: 10, HeartbeatTicks: 1, SnapshotCount: snapCount, CatchUpEntries: 5,
 		StateMachine: sm,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	n, err := Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,11 +239,21 @@ func TestSoleMemberTrimsInMemoryLog(t *testing.T) {
 	smPath := filepath.Join(dir, "sm")
 	sm := openFileSM(t, smPath)
 	const snapEvery = 5000
-	n := startNode(t, dir, sm, snapEvery)
+	// Small Readies (about two entries each): after the restart raft
+	// replays the log up to the durable index in far more batches than
+	// the apply queue holds, so the apply goroutine trims while raft has
+	// not yet handed out every entry below that index. The trim must not
+	// cut those away from under raft (it did: "unexpected error when
+	// getting unapplied entries (requested index is unavailable due to
+	// compaction)").
+	small := func(c *Config) { c.MaxSizePerMsg = 4 << 10 }
+	n := startNode(t, dir, sm, snapEvery, small)
 	proposeAndWait(t, n, sm, "first")
 	const total = 3000
+	pad := strings.Repeat("x", 2<<10)
 	for i := 0; i < total; i++ {
-		if err := n.Propose(context.Background(), []byte(fmt.Sprintf("v%d", i))); err != nil {
+		v := fmt.Sprintf("v%d", i) + pad
+		if err := n.Propose(context.Background(), []byte(v)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -266,10 +281,10 @@ func TestSoleMemberTrimsInMemoryLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	sm2 := openFileSM(t, smPath)
-	n2 := startNode(t, dir, sm2, snapEvery)
+	n2 := startNode(t, dir, sm2, snapEvery, small)
 	defer n2.Stop()
 	proposeAndWait(t, n2, sm2, "after-restart")
-	if got := sm2.snapshot(); len(got) != total+3 || got[1] != "v0" || got[total] != fmt.Sprintf("v%d", total-1) {
+	if got := sm2.snapshot(); len(got) != total+3 || got[1] != "v0"+pad || got[total] != fmt.Sprintf("v%d", total-1)+pad {
 		t.Fatalf("state after restart has %d entries", len(got))
 	}
 	// The next snapshot is cut above the trimmed log.
