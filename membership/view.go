@@ -73,6 +73,19 @@ func NewView() *View {
 	return &View{members: map[uint64]viewMember{}, removed: map[uint64]bool{}}
 }
 
+// Clone returns an independent copy of v.
+func (v *View) Clone() *View {
+	c := &View{members: make(map[uint64]viewMember, len(v.members)), removed: make(map[uint64]bool, len(v.removed)),
+		refused: slices.Clone(v.refused)}
+	for id, m := range v.members {
+		c.members[id] = viewMember{peerURLs: slices.Clone(m.peerURLs), learner: m.learner}
+	}
+	for id := range v.removed {
+		c.removed[id] = true
+	}
+	return c
+}
+
 // viewRecord is the persisted View (JSON, in bucket schema.ConfView).
 type viewRecord struct {
 	Members []viewMemberRecord `json:"members"`

@@ -161,6 +161,10 @@ func TestLoadViewWithoutRecord(t *testing.T) {
 		t.Fatalf("index 0: the bootstrap add of member 1 refused: %v", err)
 	}
 	v := load(40)
+	// A clone decides on its own: a change applied to it leaves v as it was.
+	if err := v.Clone().Apply(41, removeCC(1), 1); err != nil {
+		t.Fatalf("clone: removing member 1: %v", err)
+	}
 	for _, c := range []struct {
 		cc   *raftpb.ConfChange
 		want error

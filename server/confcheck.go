@@ -39,17 +39,12 @@ type confChecker struct {
 // view: nothing is applied while Start calls it.
 func (c *confChecker) Load(path string) error {
 	if path == "" {
-		db := c.s.be.DB()
-		ci, v, err := loadView(db)
-		if err != nil {
-			return err
-		}
-		_, applyView, err := loadView(db)
+		ci, v, err := loadView(c.s.be.DB())
 		if err != nil {
 			return err
 		}
 		c.ci, c.view = ci, v
-		c.s.applier.view = applyView
+		c.s.applier.view = v.Clone()
 		return nil
 	}
 	db, err := pagestore.Open(path, &pagestore.Options{ReadOnly: true})
