@@ -162,8 +162,9 @@ func TestLoadViewWithoutRecord(t *testing.T) {
 	}
 	v := load(40)
 	// A clone decides on its own: a change applied to it leaves v as it was.
-	if err := v.Clone().Apply(41, removeCC(1), 1); err != nil {
-		t.Fatalf("clone: removing member 1: %v", err)
+	// (Below, v still promotes learner 2.)
+	if err := v.Clone().Apply(41, promoteCC(2), 1); err != nil {
+		t.Fatalf("clone: promoting member 2: %v", err)
 	}
 	for _, c := range []struct {
 		cc   *raftpb.ConfChange
