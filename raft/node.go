@@ -322,7 +322,18 @@ func Start(cfg Config) (*Node, error) {
 		n.wal.Close()
 		return nil, err
 	}
-	if !restart && len(cfg.Peers) > 0 {
+	// A new member whose first start stopped after creating the WAL and
+	// before writing anything to it (a crash, a power cut) never voted,
+	// acknowledged or applied anything: it bootstraps as on a first start,
+	// or it would restart with no voters and never elect a leader.
+	bootstrap := !restart
+	if restart && len(cfg.Peers) > 0 && n.walLast == 0 && n.snapIndex.Load() == 0 && n.sm.ConsistentIndex() == 0 {
+		if hs, _, err := n.storage.InitialState(); err == nil && etcdraft.IsEmptyHardState(hs) {
+			bootstrap = true
+			n.log.Info("the WAL holds nothing: bootstrapping as on a first start")
+		}
+	}
+	if bootstrap && len(cfg.Peers) > 0 {
 		if err := n.rn.Bootstrap(cfg.Peers); err != nil {
 			n.wal.Close()
 			return nil, err
@@ -331,7 +342,7 @@ func Start(cfg Config) (*Node, error) {
 	if cs := n.confState.Load(); cs == nil {
 		n.confState.Store(&raftpb.ConfState{})
 	}
-	if !restart {
+	if bootstrap {
 		n.confs.reset(0, n.confState.Load())
 	}
 	if n.cfg.ConfChecker != nil {
@@ -346,7 +357,7 @@ func Start(cfg Config) (*Node, error) {
 	n.publishPersisted(n.walLast)
 	// A lone voter need not wait out an election timeout: it campaigns as
 	// soon as the bootstrap membership is applied (see run).
-	n.campaignOnStart = !restart && len(cfg.Peers) == 1 && cfg.Peers[0].ID == cfg.ID || n.soleVoter()
+	n.campaignOnStart = bootstrap && len(cfg.Peers) == 1 && cfg.Peers[0].ID == cfg.ID || n.soleVoter()
 	go n.run()
 	go n.applyLoop()
 	return n, nil

@@ -300,3 +300,24 @@ func TestSoleMemberTrimsInMemoryLog(t *testing.T) {
 		proposeAndWait(t, n2, sm2, fmt.Sprintf("w%d", i))
 	}
 }
+
+// TestEmptyWALBootstraps: a new member whose first start stopped right
+// after creating its WAL (nothing written to it) bootstraps on the next
+// start instead of restarting with no voters, which never elects.
+func TestEmptyWALBootstraps(t *testing.T) {
+	dir := t.TempDir()
+	w, err := wal.Create(filepath.Join(dir, "wal"), encodeMetadata(1, 7), &wal.Options{SegmentSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sm := openFileSM(t, filepath.Join(dir, "sm"))
+	n := startNode(t, dir, sm, 100)
+	defer n.Stop()
+	proposeAndWait(t, n, sm, "after-empty-wal")
+	if st := n.Status(); st.Leader != 1 || len(st.Voters) != 1 {
+		t.Fatalf("status after bootstrapping over an empty WAL: %+v", st)
+	}
+}
