@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
@@ -30,19 +31,30 @@ var wireBufferPool = func() mem.BufferPool {
 	return p
 }()
 
-// wireCodec is gRPC's protobuf codec on wireBufferPool.
-type wireCodec struct{}
+// wireCodec is gRPC's protobuf codec on wireBufferPool. It also counts
+// the client API's payload bytes, as etcd's codec does
+// (etcd_network_client_grpc_{sent,received}_bytes_total: each message's
+// marshaled size, before compression and framing). Counting here instead
+// of in a gRPC stats handler matters: with any stats handler installed,
+// gRPC copies every call's incoming metadata and reports each call's
+// stages, which cost 6% of a member's CPU under 1-key reads.
+type wireCodec struct {
+	sent, received prometheus.Counter // nil: not counted
+}
 
 var _ encoding.CodecV2 = wireCodec{}
 
 func (wireCodec) Name() string { return "proto" }
 
-func (wireCodec) Marshal(v any) (mem.BufferSlice, error) {
+func (c wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 	m := messageOf(v)
 	if m == nil {
 		return nil, fmt.Errorf("proto: cannot marshal %T, not a protobuf message", v)
 	}
 	size := proto.Size(m)
+	if c.sent != nil {
+		c.sent.Add(float64(size))
+	}
 	// proto.Size has just cached the sizes MarshalAppend needs.
 	opts := proto.MarshalOptions{UseCachedSize: true}
 	if mem.IsBelowBufferPoolingThreshold(size) {
@@ -62,10 +74,13 @@ func (wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.NewBuffer(buf, wireBufferPool)}, nil
 }
 
-func (wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
+func (c wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	m := messageOf(v)
 	if m == nil {
 		return fmt.Errorf("proto: cannot unmarshal into %T, not a protobuf message", v)
+	}
+	if c.received != nil {
+		c.received.Add(float64(data.Len()))
 	}
 	buf := data.MaterializeToBuffer(wireBufferPool)
 	defer buf.Free()

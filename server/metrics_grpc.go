@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 )
 
@@ -232,20 +231,3 @@ func (s *countedStream) RecvMsg(m any) error {
 	return err
 }
 
-// statsHandler counts payload bytes, as etcd's codec does: the size of
-// each marshaled message, before compression and framing.
-type statsHandler struct{ g *grpcMetrics }
-
-func (h statsHandler) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
-func (h statsHandler) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return ctx
-}
-func (h statsHandler) HandleConn(context.Context, stats.ConnStats) {}
-func (h statsHandler) HandleRPC(_ context.Context, s stats.RPCStats) {
-	switch p := s.(type) {
-	case *stats.InPayload:
-		h.g.receivedBytes.Add(float64(p.Length))
-	case *stats.OutPayload:
-		h.g.sentBytes.Add(float64(p.Length))
-	}
-}

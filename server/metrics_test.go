@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // TestMetricsNames scrapes /metrics after some traffic and checks that
@@ -70,5 +71,36 @@ func TestMetricsNames(t *testing.T) {
 	}
 	if !strings.Contains(string(body), `grpc_server_handled_total{grpc_code="OK",grpc_method="Put",grpc_service="etcdserverpb.KV",grpc_type="unary"}`) {
 		t.Fatal("grpc_server_handled_total lacks etcd's labels for KV.Put")
+	}
+}
+
+// TestClientPayloadBytes checks etcd_network_client_grpc_{received,sent}_bytes_total
+// against the messages themselves: as etcd's codec counts them, each
+// request's and response's marshaled size, so one Put and one Range move
+// the counters by exactly their sizes.
+func TestClientPayloadBytes(t *testing.T) {
+	m := startMember(t, filepath.Join(t.TempDir(), "d"))
+	defer m.stop(t)
+	ctx := context.Background()
+	const recvName, sentName = "etcd_network_client_grpc_received_bytes_total", "etcd_network_client_grpc_sent_bytes_total"
+	before := scrape(t, m)
+	put := &pb.PutRequest{Key: []byte("payload-key"), Value: []byte(strings.Repeat("v", 300))}
+	pr, err := m.kv.Put(ctx, put)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := &pb.RangeRequest{Key: []byte("payload-key")}
+	rr, err := m.kv.Range(ctx, get)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := scrape(t, m)
+	wantRecv := proto.Size(put) + proto.Size(get)
+	wantSent := proto.Size(pr) + proto.Size(rr)
+	if got := metricValue(t, after, recvName) - metricValue(t, before, recvName); got != float64(wantRecv) {
+		t.Errorf("%s moved by %v, want %d (the Put and Range requests' sizes)", recvName, got, wantRecv)
+	}
+	if got := metricValue(t, after, sentName) - metricValue(t, before, sentName); got != float64(wantSent) {
+		t.Errorf("%s moved by %v, want %d (the Put and Range responses' sizes)", sentName, got, wantSent)
 	}
 }

@@ -42,11 +42,10 @@ func (s *Server) Serve() error {
 		// requests in flight, not for the CPUs: a new goroutine per RPC
 		// also grows its stack afresh each time.
 		grpc.NumStreamWorkers(uint32(max(256, 4*runtime.GOMAXPROCS(0)))),
-		grpc.ForceServerCodecV2(wireCodec{}),
+		grpc.ForceServerCodecV2(wireCodec{sent: s.metrics.grpc.sentBytes, received: s.metrics.grpc.receivedBytes}),
 		experimental.BufferPool(wireBufferPool),
 		grpc.ChainUnaryInterceptor(s.requestStats, s.metrics.grpc.unaryInterceptor, s.learnerUnary, s.authUnary),
 		grpc.ChainStreamInterceptor(s.metrics.grpc.streamInterceptor, s.learnerStream, s.authStream),
-		grpc.StatsHandler(statsHandler{s.metrics.grpc}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.cfg.GRPCKeepAliveMinTime, PermitWithoutStream: false}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.cfg.GRPCKeepAliveInterval, Timeout: s.cfg.GRPCKeepAliveTimeout}),
 	}
