@@ -230,4 +230,3 @@ func (s *countedStream) RecvMsg(m any) error {
 	s.mm.received.Inc()
 	return err
 }
-
