@@ -16,8 +16,17 @@ type Tx struct {
 	writable bool
 	meta     meta // snapshot; for a writer, the meta being built
 	closed   bool
-	root     *Bucket            // the bucket directory
-	buckets  map[string]*Bucket // buckets opened in this tx
+	root     *Bucket   // the bucket directory
+	buckets  []*Bucket // buckets opened in this tx (a handful: searched in order)
+
+	// Storage for the directory, the first bucket opened and the list,
+	// so that a reader that opens one bucket costs one allocation, not
+	// five (a 1-key range is a read tx; at 40,000 reads/s these were 16%
+	// of the member's allocated bytes).
+	rootB     Bucket
+	firstB    Bucket
+	firstUsed bool
+	bucketsA  [4]*Bucket
 
 	// Writer state, discarded on rollback.
 	freed           []extent // pages freed by this tx
@@ -43,9 +52,31 @@ type dirtyPage struct {
 }
 
 func newTx(db *DB, m meta, writable bool) *Tx {
-	tx := &Tx{db: db, writable: writable, meta: m, buckets: map[string]*Bucket{}}
-	tx.root = &Bucket{tx: tx, id: rootBucketOwner, root: m.root}
+	tx := &Tx{db: db, writable: writable, meta: m}
+	tx.rootB = Bucket{tx: tx, id: rootBucketOwner, root: m.root}
+	tx.root = &tx.rootB
+	tx.buckets = tx.bucketsA[:0]
 	return tx
+}
+
+// opened returns the position and the bucket named name among those this
+// tx opened, or -1.
+func (tx *Tx) opened(name []byte) (int, *Bucket) {
+	for i, b := range tx.buckets {
+		if bytes.Equal(b.name, name) {
+			return i, b
+		}
+	}
+	return -1, nil
+}
+
+// newBucket returns storage for a bucket opened in this tx.
+func (tx *Tx) newBucket() *Bucket {
+	if !tx.firstUsed {
+		tx.firstUsed = true
+		return &tx.firstB
+	}
+	return &Bucket{}
 }
 
 // ID returns the transaction id: for a reader the id of the commit it
@@ -102,7 +133,7 @@ func (tx *Tx) Bucket(name []byte) (*Bucket, error) {
 	if err := tx.check(false); err != nil {
 		return nil, err
 	}
-	if b := tx.buckets[string(name)]; b != nil {
+	if _, b := tx.opened(name); b != nil {
 		return b, nil
 	}
 	v, flags, err := tx.root.get(name)
@@ -116,8 +147,9 @@ func (tx *Tx) Bucket(name []byte) (*Bucket, error) {
 	if !ok || flags&elemFlagBucket == 0 {
 		return nil, corruptf(tx.db.path, "directory entry %q is not a bucket header", name)
 	}
-	b := &Bucket{tx: tx, name: append([]byte(nil), name...), id: id, root: root}
-	tx.buckets[string(name)] = b
+	b := tx.newBucket()
+	*b = Bucket{tx: tx, name: append([]byte(nil), name...), id: id, root: root}
+	tx.buckets = append(tx.buckets, b)
 	return b, nil
 }
 
@@ -137,13 +169,14 @@ func (tx *Tx) CreateBucket(name []byte) (*Bucket, error) {
 	} else if v != nil {
 		return nil, fmt.Errorf("%w: %q", ErrBucketExists, name)
 	}
-	b := &Bucket{tx: tx, name: append([]byte(nil), name...), id: tx.meta.nextBucketID}
+	b := tx.newBucket()
+	*b = Bucket{tx: tx, name: append([]byte(nil), name...), id: tx.meta.nextBucketID}
 	tx.meta.nextBucketID++
 	b.rootNode = &node{b: b, leaf: true, appendOnly: true}
 	if err := tx.root.put(b.name, encodeBucketHeader(0, b.id), elemFlagBucket); err != nil {
 		return nil, err
 	}
-	tx.buckets[string(name)] = b
+	tx.buckets = append(tx.buckets, b)
 	tx.grew = true
 	return b, nil
 }
@@ -174,7 +207,9 @@ func (tx *Tx) DeleteBucket(name []byte) error {
 			return err
 		}
 	}
-	delete(tx.buckets, string(name))
+	if i, _ := tx.opened(name); i >= 0 {
+		tx.buckets = append(tx.buckets[:i], tx.buckets[i+1:]...)
+	}
 	b.deleted = true
 	b.rootNode, b.nodes = nil, nil
 	return tx.root.del(name)
