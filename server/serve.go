@@ -43,7 +43,7 @@ func (s *Server) Serve() error {
 		// clients). A request is at most --max-request-bytes plus
 		// framing; 1 MiB per stream and 8 MiB per connection keep a
 		// LAN's client streams from waiting on window updates.
-		grpc.InitialWindowSize(1<<20), grpc.InitialConnWindowSize(1<<23),
+		grpc.InitialWindowSize(1 << 20), grpc.InitialConnWindowSize(1 << 23),
 		// Reuse a pool of goroutines for incoming streams instead of
 		// starting one per RPC. A write's handler blocks until its raft
 		// entry is committed and applied, so the pool is sized for the

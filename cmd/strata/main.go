@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"syscall"
 
+	"github.com/strata-db/strata/internal/procs"
 	"github.com/strata-db/strata/server"
 	"github.com/strata-db/strata/server/config"
 )
@@ -78,6 +79,10 @@ func runMember(args []string, prepare func(*config.Config, *slog.Logger) (func(*
 	}
 	if serving != nil {
 		go serving(s)
+	}
+	if cfg.AdaptiveProcs {
+		gov := procs.Start(lg, procs.Options{})
+		defer gov.Stop()
 	}
 	sigc := make(chan os.Signal, 2)
 	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)

@@ -169,6 +169,11 @@ type Config struct {
 	// sizes group commit and batching from it (Strata only). Default true;
 	// turn it off for tests on tmpfs or when start-up time matters.
 	DiskProbe bool `json:"disk-probe"`
+	// AdaptiveProcs runs the member on one P (GOMAXPROCS 1) while it uses
+	// less than a third of a CPU, and on all of them under load (Strata
+	// only; package internal/procs). Default true; ignored when the
+	// GOMAXPROCS environment variable is set.
+	AdaptiveProcs bool `json:"adaptive-procs"`
 	// UnsafeNoFsync disables fsync. Default false. Never in production.
 	UnsafeNoFsync bool `json:"unsafe-no-fsync"`
 	// ForceNewCluster rewrites membership to this single member. Default
@@ -424,6 +429,7 @@ func Default() *Config {
 		MaxRequestBytes:            DefaultMaxRequestBytes,
 		MaxConcurrentStreams:       DefaultMaxConcurrentStreams,
 		DiskProbe:                  true,
+		AdaptiveProcs:              true,
 		BackendBacklogBytes:        DefaultBackendBacklogBytes,
 		GRPCKeepAliveMinTime:       DefaultGRPCKeepAliveMinTime,
 		GRPCKeepAliveInterval:      DefaultGRPCKeepAliveInterval,

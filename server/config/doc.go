@@ -72,5 +72,6 @@
 //     --initial-advertise-peer-urls while parsing (etcd checks at
 //     bootstrap, and resolves host names when comparing).
 //   - Logs are slog JSON records shaped like etcd's zap output.
-//   - --disk-probe and --backend-backlog-bytes are Strata's own.
+//   - --disk-probe, --backend-backlog-bytes and --adaptive-procs are
+//     Strata's own.
 package config

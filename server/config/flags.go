@@ -206,6 +206,7 @@ var flagDefs = []flagDef{
 
 	// Strata
 	{gStrata, "disk-probe", "Measure WAL fdatasync latency at start and size batching from it.", boolean(func(c *Config) *bool { return &c.DiskProbe }), nil},
+	{gStrata, "adaptive-procs", "Run on one CPU (GOMAXPROCS 1) while the load needs less than a third of one, on all under load; ignored when GOMAXPROCS is set.", boolean(func(c *Config) *bool { return &c.AdaptiveProcs }), nil},
 	{gStrata, "discovery-srv-server", "DNS server (host:port) for --discovery-srv lookups instead of the system resolver.", str(func(c *Config) *string { return &c.DiscoverySRVServer }), nil},
 	{gStrata, "backend-backlog-bytes", "Most bytes of acknowledged writes held in memory while backend commits fail (a full data disk); past it writes get NOSPACE. 0 = 64 MiB.", func(c *Config, _ *parseState) flag.Value { return (*int64Value)(&c.BackendBacklogBytes) }, nil},
 }

@@ -186,6 +186,7 @@ var everyFlag = map[string]flagCase{
 	"discovery-proxy":          {value: "http://proxy:8080"},
 	// Strata
 	"disk-probe":            {value: "false"},
+	"adaptive-procs":        {value: "false"},
 	"backend-backlog-bytes": {value: "16777216"},
 	"discovery-srv-server":  {value: "127.0.0.1:5353"},
 }
