@@ -13,10 +13,12 @@
 // about 117 us per put spent runnable and not running, of about 560 us
 // per put. With one P there is no idle P to wake: the next goroutine runs
 // on the P the previous one leaves. Measured with etcd's benchmark on a
-// 2-vCPU VM (GOMAXPROCS=1 against the default): one client's puts
-// 17% faster on one member and 25-36% faster on a 3-member cluster; but
-// 4 clients' puts 12% slower and 16 clients' half as fast, so one P is
-// only for the lightest loads.
+// 2-vCPU VM (GOMAXPROCS=1 against the default, alternating rounds): one
+// client's puts 16% faster on one member; 4 clients' puts within the
+// run-to-run spread (-12% to +10%); 16 clients' half as fast. So one P
+// is only for the lightest loads. (On a 3-member cluster, one client's
+// puts to the leader gained 25-36% in one set of rounds and nothing
+// beyond the spread in another.)
 //
 // The governor samples every Sample:
 //   - on all Ps, the process's CPU time (getrusage, which also counts a
