@@ -23,10 +23,9 @@ type Tx struct {
 	// so that a reader that opens one bucket costs one allocation, not
 	// five (a 1-key range is a read tx; at 40,000 reads/s these were 16%
 	// of the member's allocated bytes).
-	rootB     Bucket
-	firstB    Bucket
-	firstUsed bool
-	bucketsA  [4]*Bucket
+	rootB    Bucket
+	firstB   Bucket // in use once its tx is set
+	bucketsA [4]*Bucket
 
 	// Writer state, discarded on rollback.
 	freed           []extent // pages freed by this tx
@@ -72,8 +71,7 @@ func (tx *Tx) opened(name []byte) (int, *Bucket) {
 
 // newBucket returns storage for a bucket opened in this tx.
 func (tx *Tx) newBucket() *Bucket {
-	if !tx.firstUsed {
-		tx.firstUsed = true
+	if tx.firstB.tx == nil {
 		return &tx.firstB
 	}
 	return &Bucket{}

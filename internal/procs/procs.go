@@ -171,8 +171,7 @@ func (p *Policy) Observe(s Sample) int {
 // Governor applies a Policy to the running process.
 type Governor struct {
 	lg    *slog.Logger
-	opts  Options
-	max   int
+	pol   *Policy // used only by run
 	stopc chan struct{}
 	done  chan struct{}
 	once  sync.Once
@@ -190,7 +189,7 @@ func Start(lg *slog.Logger, o Options) *Governor {
 	if max <= 1 {
 		return nil
 	}
-	g := &Governor{lg: lg, opts: o.withDefaults(), max: max, stopc: make(chan struct{}), done: make(chan struct{})}
+	g := &Governor{lg: lg, pol: NewPolicy(max, o), stopc: make(chan struct{}), done: make(chan struct{})}
 	go g.run()
 	return g
 }
@@ -207,8 +206,8 @@ func (g *Governor) Stop() {
 func (g *Governor) run() {
 	defer close(g.done)
 	defer runtime.SetDefaultGOMAXPROCS()
-	pol := NewPolicy(g.max, g.opts)
-	t := time.NewTicker(g.opts.Sample)
+	pol := g.pol
+	t := time.NewTicker(pol.opts.Sample)
 	defer t.Stop()
 	w := newWaitMeter()
 	lastCPU, lastAt := cpuTime(), time.Now()
@@ -230,7 +229,7 @@ func (g *Governor) run() {
 			if after == before {
 				continue
 			}
-			if after == g.max {
+			if after == pol.max {
 				// The default, so that Go keeps following the CPU
 				// limit of the container.
 				runtime.SetDefaultGOMAXPROCS()
