@@ -345,6 +345,9 @@ func gatherWait(lastSync, window time.Duration) time.Duration {
 // segment as soon as one is ready. A segment that holds only its head is
 // never cut: a unit larger than a segment gets a segment of its own.
 func (w *WAL) writeBatch(b *batch) error {
+	if c := w.pre.capacity(); c < w.curCap {
+		w.curCap = c // the segment could not grow: cut at what it holds
+	}
 	pos := 0
 	for i, u := range b.units {
 		end := len(b.buf)
@@ -403,6 +406,7 @@ func (w *WAL) write(p []byte) error {
 	}
 	start := time.Now()
 	off := w.curOff
+	w.pre.beforeWrite(off, off+int64(len(p)))
 	n, err := w.cur.WriteAt(p, off)
 	w.curOff += int64(n)
 	w.statBytes.Add(uint64(n))

@@ -13,10 +13,13 @@
 //
 // A segment's name is its sequence number and the raft index of the first
 // entry it was opened for, both as 16 hex digits. Sequence numbers have no
-// gaps. Segments are SegmentSize bytes (64 MiB), preallocated and, by
-// default, zero-filled by a background goroutine before they are needed:
-// it starts on the next segment when the current one is three quarters
-// full, so a log that fits in one segment takes one segment of disk.
+// gaps. A segment is cut at SegmentSize bytes (64 MiB). Its disk space is
+// allocated and, by default, zero-filled by a background goroutine before
+// the writer needs it, an eighth of a segment at a time: the next segment
+// gets its first chunk when the current one is three quarters full, and
+// the current one grows by a chunk whenever the writer comes within half
+// a chunk of its allocated end. So the log takes about what it holds plus
+// a chunk of disk (a new log, 8 MiB).
 //
 // # Record format
 //
@@ -74,18 +77,24 @@
 //     is written into it; and the previous segment is fdatasync'd before the
 //     new one is installed. So every segment but the last is complete and
 //     durable, and a torn write can only be in the last segment.
-//  3. The batch number in each record advances only past a batch that was
+//  3. Growth of the current segment writes zeros (after fallocate) only
+//     past the end of the records, and the writer waits for a piece being
+//     filled before it writes over it, so growth never overwrites a record;
+//     a segment is cut only after the growth of it has stopped. A crash
+//     during growth leaves zeros, unwritten (zero-reading) blocks or a
+//     shorter file after the last record: all read as the end of the log.
+//  4. The batch number in each record advances only past a batch that was
 //     fdatasync'd. In the last segment, bytes after the last whole unit are
 //     a torn tail if nothing durable follows them: Open truncates them,
 //     fdatasyncs and logs a warning. If a valid record from a batch two past
 //     the last good one follows, the bad bytes had been durable: that is
 //     corruption, and Open refuses.
-//  4. Anywhere else, a record that fails its checksum, a length above
+//  5. Anywhere else, a record that fails its checksum, a length above
 //     MaxRecordSize (never allocated), an entry index that skips ahead, or
 //     nonzero bytes after the end of a completed segment make Open fail with
 //     an error matching ErrCorrupt that names the file and the offset.
 //     Records are never skipped.
-//  5. A failed write or fdatasync (ENOSPC, EIO) fails every waiter of the
+//  6. A failed write or fdatasync (ENOSPC, EIO) fails every waiter of the
 //     batch and every later append with ErrFailed wrapping an *IOError
 //     that names the file. The syncer writes nothing more, so whatever
 //     partial bytes reached the file are a torn tail for the next Open. On
@@ -93,7 +102,7 @@
 //     it would be unsafe; reopening rereads the file from disk instead.
 //     The WAL does not log the failure: its owner does, once (the server
 //     exits with one fatal line, and its supervisor restarts it).
-//  6. Open fdatasyncs the last segment before appending, so entries it
+//  7. Open fdatasyncs the last segment before appending, so entries it
 //     returns (which may have been only in the page cache of a process
 //     that was killed) are durable before raft treats them as persisted.
 //

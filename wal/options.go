@@ -70,8 +70,9 @@ func (e *IOError) Unwrap() error { return e.Err }
 type Options struct {
 	// FS does all file I/O. Default: vfs.Default. Tests pass a FaultFS.
 	FS vfs.FS
-	// SegmentSize is the size in bytes at which the log moves to a new,
-	// preallocated segment. Default: 64 MiB. A single unit larger than it
+	// SegmentSize is the size in bytes at which the log moves to a new
+	// segment. Default: 64 MiB. A segment's disk is allocated an eighth
+	// of this at a time, ahead of the writer. A single unit larger than it
 	// gets a segment of its own that grows past this size. On a disk
 	// without room for a full segment, smaller ones are used (down to
 	// 1 MiB, at most half the free space) and, while not even those fit,
@@ -101,6 +102,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics, if set, observes write and fsync durations and bytes.
 	Metrics *Metrics
+
+	// wholeSegments (tests only) allocates each segment whole when it is
+	// prepared, so that every write and fdatasync of an installed segment
+	// is the writer's.
+	wholeSegments bool
 }
 
 func (o *Options) withDefaults() Options {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -156,7 +157,7 @@ func TestSpareSegmentENOSPCKeepsAppending(t *testing.T) {
 	for w.curOff < seg-seg/4 {
 		save()
 	}
-	poll.Until(t, "the spare segment", func() bool { return spareFilled(t, dir, seg) })
+	poll.Until(t, "the spare segment", func() bool { return spareFilled(t, dir, growChunk(seg)) })
 	full.Store(true)
 	for written := 0; written < 4*seg; written += 1000 {
 		save()
@@ -213,7 +214,10 @@ func TestCreateOnSmallDisk(t *testing.T) {
 	var room atomic.Int64 // the most one file may hold; the disk's free space
 	room.Store(3 << 20)
 	ffs := vfs.NewFaultFS(vfs.Default, func(ev vfs.Event) *vfs.Fault {
-		if strings.HasSuffix(ev.Path, tmpSuffix) && (ev.Op == vfs.OpPreallocate || ev.Op == vfs.OpWrite) &&
+		// Segments take their blocks by preallocation (a spare's first
+		// chunk, then the growth of the segment being written); a spare's
+		// zero fill writes only what was preallocated.
+		if (ev.Op == vfs.OpPreallocate || (strings.HasSuffix(ev.Path, tmpSuffix) && ev.Op == vfs.OpWrite)) &&
 			ev.Off+int64(ev.Len) > room.Load() {
 			return &vfs.Fault{Err: vfs.ENOSPC}
 		}
@@ -225,8 +229,8 @@ func TestCreateOnSmallDisk(t *testing.T) {
 		t.Fatalf("create on a disk with 3 MiB free: %v", err)
 	}
 	defer w.Close()
-	if sizes := segmentSizes(t, dir); len(sizes) != 1 || sizes[0] != 2<<20 {
-		t.Fatalf("first segment sizes %v, want one of 2 MiB (8 and 4 MiB do not fit)", sizes)
+	if sizes := segmentSizes(t, dir); len(sizes) != 1 || sizes[0] != growChunk(seg) {
+		t.Fatalf("first segment sizes %v, want one of %d bytes (a chunk; the segment grows as it fills)", sizes, growChunk(seg))
 	}
 	idx := uint64(0)
 	save := func() {
@@ -243,13 +247,16 @@ func TestCreateOnSmallDisk(t *testing.T) {
 	for idx < 12000 { // about 12 MB: six small segments
 		save()
 	}
+	// Each segment grows until the disk refuses and the log moves on: at
+	// 3 MiB, or earlier when appends outran the growth (they extend the
+	// file themselves, and the next piece then ends past 3 MiB).
 	sizes := segmentSizes(t, dir)
-	if len(sizes) < 5 {
-		t.Fatalf("segment sizes %v, want the log cut into 2 MiB segments", sizes)
+	if len(sizes) < 3 {
+		t.Fatalf("segment sizes %v, want the log cut into segments of about 3 MiB", sizes)
 	}
-	for _, s := range sizes {
-		if s != 2<<20 {
-			t.Fatalf("segment sizes %v, want every segment 2 MiB", sizes)
+	for _, s := range sizes[:len(sizes)-1] {
+		if s >= seg {
+			t.Fatalf("segment sizes %v, want every finished segment cut short at about 3 MiB", sizes)
 		}
 	}
 	if n := logs.count("no room for a full segment"); n != 1 {
@@ -259,7 +266,7 @@ func TestCreateOnSmallDisk(t *testing.T) {
 	poll.Until(t, "a full-size segment once space returned", func() bool {
 		save()
 		s := segmentSizes(t, dir)
-		return s[len(s)-1] == seg
+		return s[len(s)-1] == seg && logs.count("back to full-size segments") > 0
 	})
 	if n := logs.count("back to full-size segments"); n != 1 {
 		t.Fatalf("full-size segments logged %d times, want once:\n%s", n, logs)
@@ -350,4 +357,212 @@ func reopenAndCheck(t *testing.T, dir string, seg int64, n uint64) {
 	defer w.Close()
 	_, _, ents, _ := w.ReadAll()
 	checkEntries(t, ents, 1, n, 1000)
+}
+
+// allocated returns the bytes of disk the files in dir hold.
+func allocated(t *testing.T, dir string) int64 {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, e := range ents {
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(dir, e.Name()), &st); err != nil {
+			t.Fatal(err)
+		}
+		n += st.Blocks * 512
+	}
+	return n
+}
+
+// TestSegmentsGrowWithTheLog: a new WAL takes one chunk of disk, not a
+// whole segment, and the segment being written grows a chunk at a time
+// ahead of the writer: what the log holds is always allocated (appends
+// are overwrites), and the disk used stays within two chunks of it. Finished segments are cut at the segment size, and everything
+// reads back.
+func TestSegmentsGrowWithTheLog(t *testing.T) {
+	dir := t.TempDir()
+	const seg = 1 << 20
+	chunk := growChunk(seg)
+	w := mustCreate(t, dir, &Options{SegmentSize: seg})
+	defer w.Close()
+	if got := allocated(t, dir); got > chunk {
+		t.Fatalf("a new WAL holds %d bytes of disk, want at most one chunk (%d)", got, chunk)
+	}
+	idx := uint64(0)
+	var held int64   // disk held by finished segments
+	for idx < 3000 { // about 3 MB: three segments
+		idx++
+		if err := w.Save(mkState(1, idx-1), []*raftpb.Entry{mkEntry(idx, 1, 1000)}); err != nil {
+			t.Fatal(err)
+		}
+		if idx%50 != 0 {
+			continue
+		}
+		sizes := segmentSizes(t, dir)
+		held = 0
+		for _, s := range sizes[:len(sizes)-1] {
+			held += (s + 4095) &^ 4095 // whole blocks
+		}
+		// The writer's offset is the syncer's; Save returned, so the
+		// syncer is between batches and curOff is stable.
+		off := w.curOff
+		poll.Until(t, fmt.Sprintf("the segment allocated past %d bytes", off), func() bool {
+			return segmentSizes(t, dir)[len(sizes)-1] >= off
+		})
+		got := allocated(t, dir)
+		// At most one and a half chunks ahead, plus a margin for the file
+		// system's own allocation (a partial last block, speculative
+		// preallocation): far below a whole segment.
+		limit := held + off + 2*chunk
+		if tmpFiles(t, dir) > 0 { // checked after: a spare prepared in between only loosens the bound
+			limit += chunk // the next segment's first chunk, once three quarters are full
+		}
+		if got > limit {
+			t.Fatalf("after %d entries (%d bytes in the current segment): %d bytes of disk, want at most %d",
+				idx, off, got, limit)
+		}
+	}
+	sizes := segmentSizes(t, dir)
+	if len(sizes) < 3 {
+		t.Fatalf("segment sizes %v, want three or more", sizes)
+	}
+	for _, s := range sizes[:len(sizes)-1] {
+		// A segment is cut at its size; only a writer that outran the
+		// growth (a slow disk) leaves one shorter.
+		if s > seg || s < seg-seg/4 {
+			t.Fatalf("segment sizes %v, want every finished segment cut at %d bytes", sizes, seg)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	reopenAndCheck(t, dir, seg, idx)
+	t.Logf("%d entries; segment sizes %v; %d bytes of disk", idx, sizes, allocated(t, dir))
+}
+
+// TestGrowthNeverOverwritesRecords: the preallocator zero-fills the
+// segment being written while the writer appends, and a slow disk lets
+// the writer catch up with the piece being filled. It must wait for the
+// piece rather than have its records zeroed after the fact: every entry
+// reads back, after a reopen that grows the last segment on.
+func TestGrowthNeverOverwritesRecords(t *testing.T) {
+	dir := t.TempDir()
+	const seg = 64 << 10 // 8 KiB chunks: the writer keeps catching up
+	var waits atomic.Int64
+	ffs := vfs.NewFaultFS(vfs.Default, func(ev vfs.Event) *vfs.Fault {
+		if ev.Op == vfs.OpPreallocate && !strings.HasSuffix(ev.Path, tmpSuffix) {
+			// Growth of the segment being written: slow, so the writer
+			// reaches the piece before its zeros are written.
+			time.Sleep(5 * time.Millisecond)
+			waits.Add(1)
+		}
+		return nil
+	})
+	idx := uint64(0)
+	for round := 0; round < 2; round++ {
+		var w *WAL
+		if round == 0 {
+			w = mustCreate(t, dir, &Options{FS: ffs, SegmentSize: seg})
+		} else {
+			var err error
+			if w, err = Open(dir, Snapshot{}, &Options{FS: ffs, SegmentSize: seg}); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, ents, err := w.ReadAll(); err != nil || uint64(len(ents)) != idx {
+				t.Fatalf("reopen: %d entries, %v; want %d", len(ents), err, idx)
+			}
+		}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		errs := make(chan error, 8)
+		for g := 0; g < 8; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 150; i++ {
+					mu.Lock() // entries must be saved in index order
+					idx++
+					err := w.Save(mkState(1, idx-1), []*raftpb.Entry{mkEntry(idx, 1, 1000)})
+					mu.Unlock()
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if waits.Load() == 0 {
+		t.Fatal("the segments never grew")
+	}
+	reopenAndCheck(t, dir, seg, idx)
+	t.Logf("%d entries over segments %v; %d slowed growth pieces", idx, segmentSizes(t, dir), waits.Load())
+}
+
+// TestGrowthFailureCutsTheSegment: when the segment being written cannot
+// grow (EIO on its preallocation or its zero fill), no append fails: the
+// log moves to the next segment where the current one ends, the failure
+// is logged, and everything reads back. (A failed fdatasync of the growth
+// takes the same path; a hook cannot tell it from the writer's.)
+func TestGrowthFailureCutsTheSegment(t *testing.T) {
+	for _, op := range []vfs.Op{vfs.OpPreallocate, vfs.OpWrite} {
+		t.Run(op.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			const seg = 256 << 10
+			chunk := growChunk(seg)
+			var failed atomic.Int32
+			ffs := vfs.NewFaultFS(vfs.Default, func(ev vfs.Event) *vfs.Fault {
+				// Growth is the only preallocation of an installed segment
+				// at or past its first chunk; its zero fill is told from the
+				// writer's writes by size (the writer's are a few KiB here).
+				if strings.HasSuffix(ev.Path, tmpSuffix) || ev.Op != op {
+					return nil
+				}
+				switch {
+				case op == vfs.OpPreallocate && ev.Off >= chunk,
+					op == vfs.OpWrite && ev.Off >= chunk && int64(ev.Len) == min(chunk, growPiece):
+					failed.Add(1)
+					return &vfs.Fault{Err: vfs.EIO}
+				}
+				return nil
+			})
+			logs := &logBuffer{}
+			w := mustCreate(t, dir, &Options{FS: ffs, SegmentSize: seg, Logger: logs.logger()})
+			idx := uint64(0)
+			for idx < 2000 { // about 2 MB: segments cut at their first chunk
+				idx++
+				if err := w.Save(mkState(1, idx-1), []*raftpb.Entry{mkEntry(idx, 1, 1000)}); err != nil {
+					t.Fatalf("append %d while the segment cannot grow: %v", idx, err)
+				}
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			sizes := segmentSizes(t, dir)
+			if failed.Load() == 0 || len(sizes) < 4 {
+				t.Fatalf("%d growth failures injected; segment sizes %v, want segments cut short", failed.Load(), sizes)
+			}
+			for _, s := range sizes[:len(sizes)-1] {
+				if s >= seg {
+					t.Fatalf("segment sizes %v: a segment that could not grow was not cut short", sizes)
+				}
+			}
+			if n := logs.count("cannot grow the WAL segment"); n == 0 {
+				t.Fatalf("growth failure not logged:\n%s", logs)
+			}
+			reopenAndCheck(t, dir, seg, idx)
+			t.Logf("%d entries; %d growth failures; segment sizes %v", idx, failed.Load(), sizes)
+		})
+	}
 }

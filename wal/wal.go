@@ -153,7 +153,7 @@ func Create(dir string, metadata []byte, opts *Options) (*WAL, error) {
 	if err := removeTempFiles(o.FS, dir); err != nil {
 		return nil, err
 	}
-	w.pre = startPreallocator(o.FS, dir, o.SegmentSize, !o.NoZeroFill, o.Logger)
+	w.pre = startPreallocator(o.FS, dir, o.SegmentSize, !o.NoZeroFill, o.wholeSegments, o.Logger)
 	pf, err := w.pre.takeFirst()
 	if err != nil {
 		return nil, err
@@ -227,6 +227,9 @@ func (w *WAL) installSegment(seq, firstIndex uint64, head []byte, pf *preparedFi
 	if err != nil {
 		return fmt.Errorf("wal: open new segment: %w", err)
 	}
+	// The preallocator moves to the new segment (and stops growing the
+	// old one) before the old one is closed.
+	w.pre.attach(path, int64(len(head)), pf.filled, pf.size)
 	if w.cur != nil {
 		w.cur.Close()
 	}
@@ -290,13 +293,15 @@ func Open(dir string, snap Snapshot, opts *Options) (*WAL, error) {
 	}
 	w.queue.num = r.lastBatch + 1
 	w.curSeq, w.curHead, w.curCap = last.seq, 0, o.SegmentSize
-	if size, err := f.Size(); err == nil && !o.NoZeroFill && size > 0 && size < o.SegmentSize {
-		// A zero-filled segment's size is what it was preallocated to: a
-		// smaller one was cut on a disk short of space.
-		w.curCap = size
-	}
 	w.segs = r.allSegs
-	w.pre = startPreallocator(o.FS, dir, o.SegmentSize, !o.NoZeroFill, o.Logger)
+	w.pre = startPreallocator(o.FS, dir, o.SegmentSize, !o.NoZeroFill, o.wholeSegments, o.Logger)
+	// The last segment grows on from its size, as it did before the
+	// restart (a disk short of space cuts it short again).
+	size, err := f.Size()
+	if err != nil {
+		return nil, fmt.Errorf("wal: size of %s: %w", last.path, err)
+	}
+	w.pre.attach(last.path, w.curOff, size, o.SegmentSize)
 	w.startSyncer()
 	ok = true
 	return w, nil
