@@ -490,12 +490,16 @@ func (n *Node) Propose(ctx context.Context, data []byte) error {
 // ProposeAsync queues data for raft and returns without waiting for raft
 // to accept it, saving the proposer a goroutine round trip; if raft
 // refuses it, onDrop is called from the raft goroutine and must not block.
-func (n *Node) ProposeAsync(ctx context.Context, data []byte, onDrop func(error)) error {
+// While the queue is full it waits until ctx is done, expired fires
+// (context.DeadlineExceeded; nil: never) or the node stops.
+func (n *Node) ProposeAsync(ctx context.Context, expired <-chan time.Time, data []byte, onDrop func(error)) error {
 	select {
 	case n.propc <- proposal{data: data, onDrop: onDrop}:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-expired:
+		return context.DeadlineExceeded
 	case <-n.done:
 		return n.stopErr()
 	}

@@ -279,7 +279,7 @@ func (c *Cluster) Propose(m *Member, data []byte, timeout time.Duration) error {
 func (c *Cluster) ProposeAsync(m *Member, data []byte) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	return m.Node.ProposeAsync(ctx, data, nil)
+	return m.Node.ProposeAsync(ctx, nil, data, nil)
 }
 
 // ProposeAndWait proposes data until some member applies it, through
