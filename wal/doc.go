@@ -15,11 +15,12 @@
 // entry it was opened for, both as 16 hex digits. Sequence numbers have no
 // gaps. A segment is cut at SegmentSize bytes (64 MiB). Its disk space is
 // allocated and, by default, zero-filled by a background goroutine before
-// the writer needs it, an eighth of a segment at a time: the next segment
-// gets its first chunk when the current one is three quarters full, and
-// the current one grows by a chunk whenever the writer comes within half
-// a chunk of its allocated end. So the log takes about what it holds plus
-// a chunk of disk (a new log, 8 MiB).
+// the writer needs it. A new log's first segment starts with an eighth of
+// that (8 MiB) and grows by as much whenever the writer comes within half
+// of it of the allocated end, so a new log takes about what it holds plus
+// 8 MiB. Each later segment is prepared whole once the current one is
+// three quarters full, so a member that has been writing has up to a
+// segment of disk reserved ahead of it.
 //
 // # Record format
 //
@@ -77,12 +78,15 @@
 //     is written into it; and the previous segment is fdatasync'd before the
 //     new one is installed. So every segment but the last is complete and
 //     durable, and a torn write can only be in the last segment.
-//  3. Growth of the current segment writes zeros (after fallocate) only
-//     past the end of the records, and the writer waits for a piece being
-//     filled before it writes over it, so growth never overwrites a record;
-//     a segment is cut only after the growth of it has stopped. A crash
-//     during growth leaves zeros, unwritten (zero-reading) blocks or a
-//     shorter file after the last record: all read as the end of the log.
+//  3. Growth of a segment writes zeros (after fallocate) only past the
+//     end of its records, and the writer waits for a piece being filled
+//     before it writes over it, so growth never overwrites a record; a
+//     segment is cut only after its growth has stopped. A crash during
+//     growth leaves zeros, unwritten (zero-reading) blocks or a shorter
+//     file after the last record: all read as the end of the log. Growth
+//     fdatasyncs through its own file handle, so a writeback error it
+//     sees is still reported to the writer's next fdatasync (Linux
+//     reports it once to each open file description).
 //  4. The batch number in each record advances only past a batch that was
 //     fdatasync'd. In the last segment, bytes after the last whole unit are
 //     a torn tail if nothing durable follows them: Open truncates them,

@@ -71,8 +71,9 @@ type Options struct {
 	// FS does all file I/O. Default: vfs.Default. Tests pass a FaultFS.
 	FS vfs.FS
 	// SegmentSize is the size in bytes at which the log moves to a new
-	// segment. Default: 64 MiB. A segment's disk is allocated an eighth
-	// of this at a time, ahead of the writer. A single unit larger than it
+	// segment. Default: 64 MiB. A new log's first segment takes its disk
+	// an eighth of this at a time, ahead of the writer; later segments
+	// are allocated whole before the log moves to them. A single unit larger than it
 	// gets a segment of its own that grows past this size. On a disk
 	// without room for a full segment, smaller ones are used (down to
 	// 1 MiB, at most half the free space) and, while not even those fit,
@@ -103,10 +104,11 @@ type Options struct {
 	// Metrics, if set, observes write and fsync durations and bytes.
 	Metrics *Metrics
 
-	// wholeSegments (tests only) allocates each segment whole when it is
-	// prepared, so that every write and fdatasync of an installed segment
-	// is the writer's.
-	wholeSegments bool
+	// Tests only. wholeSegments: a new log's first segment is allocated
+	// whole too, so that every write and fdatasync of an installed
+	// segment is the writer's. growAll: every segment grows, not only a
+	// new log's first.
+	wholeSegments, growAll bool
 }
 
 func (o *Options) withDefaults() Options {

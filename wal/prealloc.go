@@ -42,18 +42,23 @@ func growChunk(segmentSize int64) int64 {
 
 // preallocator prepares the disk space the log writes into, off the hot
 // path, so that appends overwrite allocated, written blocks and fdatasync
-// has no metadata to flush. It allocates a chunk at a time (growChunk:
-// an eighth of a segment) and, unless disabled, writes zeros over it and
-// fdatasyncs:
-//   - the next segment: a temporary file holding the first chunk;
-//   - the current segment: the next chunk, once the writer comes within
-//     half a chunk of the allocated end (see grow).
+// has no metadata to flush: it allocates (fallocate) and, unless
+// disabled, writes zeros and fdatasyncs.
 //
-// So the log takes about what it holds plus one chunk of disk: a new
-// member's WAL is 8 MiB, not a zeroed 64 MiB segment (etcd's is two).
-// Measured against allocating whole segments (a 320-byte write and an
-// fdatasync in a loop, 30 MiB): the same mean and p99 fdatasync, and a
-// lower maximum (6 ms against 24-28 ms while a whole spare was zeroed).
+// A new log's first segment grows: it starts with one chunk (growChunk,
+// an eighth of a segment: 8 MiB of 64) and grows by a chunk whenever the
+// writer comes within half a chunk of its allocated end (see grow). So a
+// new member's WAL takes 8 MiB of disk and then about what it holds plus
+// a chunk, instead of a zeroed 64 MiB segment from the start (etcd's is
+// two: its first segment and 0.tmp), which matters on small disks and
+// for the many members that never write 64 MiB. Every later segment (the
+// spare) is allocated whole before the log moves to it, so a member that
+// has been writing has up to a segment of space reserved ahead of it: if
+// its disk fills, it keeps appending until that segment ends (the
+// full-disk behaviour below). Growth costs the writer nothing measurable:
+// a 320-byte write and an fdatasync in a loop over 30 MiB had the same
+// mean and p99 fdatasync with growth as with a whole segment, and a lower
+// maximum (6 ms against 24-28 ms while a whole spare was zeroed).
 //
 // At most one file is prepared ahead: the spare. It is prepared only once
 // wanted: when the segment being written is three quarters full (want),
@@ -86,14 +91,17 @@ func growChunk(segmentSize int64) int64 {
 // n, and of ready (set), failing and lastErr; takers clear ready and wake
 // run through cond.
 type preallocator struct {
-	fs       vfs.FS
-	dir      string
-	size     int64 // the full segment size
-	minSize  int64
-	chunk    int64 // growChunk(size)
-	zeroFill bool
-	zero     []byte // growPiece zeros, once needed
-	log      *slog.Logger
+	fs      vfs.FS
+	dir     string
+	size    int64 // the full segment size
+	minSize int64
+	chunk   int64 // growChunk(size)
+	// growFirst: the next file prepared is a new log's first segment,
+	// which grows; growAll (tests only): every segment grows.
+	growFirst, growAll bool
+	zeroFill           bool
+	zero               []byte // growPiece zeros, once needed
+	log                *slog.Logger
 	// freeSpace reports the bytes available to the WAL directory's file
 	// system, if known; a hint that keeps a reduced segment from taking
 	// the last free bytes (the page store may share the disk).
@@ -160,13 +168,13 @@ type preparedFile struct {
 // has taken but not yet renamed. Open removes any left behind by a crash.
 const tmpSuffix = ".wal.tmp"
 
-func startPreallocator(fs vfs.FS, dir string, size int64, zeroFill, whole bool, log *slog.Logger) *preallocator {
-	chunk := growChunk(size)
-	if whole {
-		chunk = size
-	}
+// startPreallocator starts preparing segments of size bytes in dir.
+// newLog: the first file prepared is a new log's first segment, which
+// grows. growAll (tests only): every segment grows.
+func startPreallocator(fs vfs.FS, dir string, size int64, zeroFill, newLog, growAll bool, log *slog.Logger) *preallocator {
 	p := &preallocator{
-		fs: fs, dir: dir, size: size, minSize: min(size, minSegmentFloor), chunk: chunk, zeroFill: zeroFill, log: log,
+		fs: fs, dir: dir, size: size, minSize: min(size, minSegmentFloor), chunk: growChunk(size),
+		growFirst: newLog, growAll: growAll, zeroFill: zeroFill, log: log,
 		freeSpace:  statfsFree,
 		backoffMin: preallocBackoffMin, backoffMax: preallocBackoffMax,
 		stop: make(chan struct{}),
@@ -207,6 +215,7 @@ func (p *preallocator) run() {
 		}
 		p.attempts++
 		if err == nil {
+			p.growFirst = false
 			p.ready = pf
 			wasFailing, wasReduced := p.failing, p.reduced
 			p.failing, p.lastErr = false, nil
@@ -220,6 +229,9 @@ func (p *preallocator) run() {
 				p.reduced = true
 				p.log.Warn("the WAL disk has no room for a full segment; using a smaller one until space returns",
 					"dir", p.dir, "segment-size", pf.size, "wanted", p.size)
+			case pf.size == p.size && pf.filled == pf.size && wasReduced:
+				p.reduced = false
+				p.log.Info("the WAL disk has room again; back to full-size segments", "dir", p.dir, "segment-size", pf.size)
 			}
 			loggedFailure = false
 			backoff = p.backoffMin
@@ -247,7 +259,7 @@ func (p *preallocator) run() {
 // space, the largest smaller one that fits (see preallocator).
 func (p *preallocator) prepareFitting() (*preparedFile, error) {
 	size := p.size
-	var f vfs.File
+	var pf *preparedFile
 	var err error
 	if free, ok := p.freeSpace(p.dir); ok && free < size {
 		// It cannot fit, so it is not tried: on tmpfs a fallocate that
@@ -255,7 +267,7 @@ func (p *preallocator) prepareFitting() (*preparedFile, error) {
 		// writes past its segment's size would fail meanwhile.
 		err = fmt.Errorf("wal: %d bytes for the next segment in %s, %d free: %w", size, p.dir, free, syscall.ENOSPC)
 	} else {
-		f, err = p.prepare(size)
+		pf, err = p.prepare(size)
 	}
 	for err != nil && isNoSpace(err) {
 		size /= 2
@@ -267,32 +279,36 @@ func (p *preallocator) prepareFitting() (*preparedFile, error) {
 		if size < p.minSize {
 			break
 		}
-		f, err = p.prepare(size)
+		pf, err = p.prepare(size)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &preparedFile{f: f, size: size, filled: min(size, p.chunk)}, nil
+	return pf, nil
 }
 
-// prepare builds one temporary segment file for a segment of size bytes,
-// of which it fills the first chunk. On failure the file is removed, so a
-// full disk does not keep a partial file.
-func (p *preallocator) prepare(size int64) (vfs.File, error) {
+// prepare builds one temporary segment file for a segment of size bytes:
+// whole, or only its first chunk for a segment that grows. On failure the
+// file is removed, so a full disk does not keep a partial file.
+func (p *preallocator) prepare(size int64) (*preparedFile, error) {
 	p.n++
 	path := filepath.Join(p.dir, fmt.Sprintf("prealloc-%d%s", p.n, tmpSuffix))
 	f, err := p.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	if err := fillFile(f, min(size, p.chunk), p.zeroFill, p.stop); err != nil {
+	filled := size
+	if p.growFirst || p.growAll {
+		filled = min(size, p.chunk)
+	}
+	if err := fillFile(f, filled, p.zeroFill, p.stop); err != nil {
 		f.Close()
 		if rerr := p.fs.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 			err = errors.Join(err, rerr)
 		}
 		return nil, err
 	}
-	return f, nil
+	return &preparedFile{f: f, size: size, filled: filled}, nil
 }
 
 func (p *preallocator) discard(pf *preparedFile) {

@@ -157,7 +157,7 @@ func TestSpareSegmentENOSPCKeepsAppending(t *testing.T) {
 	for w.curOff < seg-seg/4 {
 		save()
 	}
-	poll.Until(t, "the spare segment", func() bool { return spareFilled(t, dir, growChunk(seg)) })
+	poll.Until(t, "the spare segment", func() bool { return spareFilled(t, dir, seg) })
 	full.Store(true)
 	for written := 0; written < 4*seg; written += 1000 {
 		save()
@@ -378,10 +378,11 @@ func allocated(t *testing.T, dir string) int64 {
 }
 
 // TestSegmentsGrowWithTheLog: a new WAL takes one chunk of disk, not a
-// whole segment, and the segment being written grows a chunk at a time
-// ahead of the writer: what the log holds is always allocated (appends
-// are overwrites), and the disk used stays within two chunks of it. Finished segments are cut at the segment size, and everything
-// reads back.
+// whole segment, and its first segment grows a chunk at a time ahead of
+// the writer: what the log holds is always allocated (appends are
+// overwrites), and the disk used stays within two chunks of it. The next
+// segment is allocated whole before the log moves to it (space reserved
+// for a disk that fills). Everything reads back.
 func TestSegmentsGrowWithTheLog(t *testing.T) {
 	dir := t.TempDir()
 	const seg = 1 << 20
@@ -392,49 +393,45 @@ func TestSegmentsGrowWithTheLog(t *testing.T) {
 		t.Fatalf("a new WAL holds %d bytes of disk, want at most one chunk (%d)", got, chunk)
 	}
 	idx := uint64(0)
-	var held int64   // disk held by finished segments
-	for idx < 3000 { // about 3 MB: three segments
+	save := func() {
+		t.Helper()
 		idx++
 		if err := w.Save(mkState(1, idx-1), []*raftpb.Entry{mkEntry(idx, 1, 1000)}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	for len(segmentSizes(t, dir)) == 1 {
+		save()
 		if idx%50 != 0 {
 			continue
 		}
-		sizes := segmentSizes(t, dir)
-		held = 0
-		for _, s := range sizes[:len(sizes)-1] {
-			held += (s + 4095) &^ 4095 // whole blocks
-		}
-		// The writer's offset is the syncer's; Save returned, so the
-		// syncer is between batches and curOff is stable.
+		// Save returned, so the syncer is between batches and its
+		// offset is stable.
 		off := w.curOff
 		poll.Until(t, fmt.Sprintf("the segment allocated past %d bytes", off), func() bool {
-			return segmentSizes(t, dir)[len(sizes)-1] >= off
+			return segmentSizes(t, dir)[0] >= off
 		})
 		got := allocated(t, dir)
 		// At most one and a half chunks ahead, plus a margin for the file
 		// system's own allocation (a partial last block, speculative
 		// preallocation): far below a whole segment.
-		limit := held + off + 2*chunk
+		limit := off + 2*chunk
 		if tmpFiles(t, dir) > 0 { // checked after: a spare prepared in between only loosens the bound
-			limit += chunk // the next segment's first chunk, once three quarters are full
+			limit += seg // the next segment, whole, once three quarters are full
 		}
 		if got > limit {
-			t.Fatalf("after %d entries (%d bytes in the current segment): %d bytes of disk, want at most %d",
-				idx, off, got, limit)
+			t.Fatalf("after %d entries (%d bytes in the first segment): %d bytes of disk, want at most %d", idx, off, got, limit)
 		}
+	}
+	for len(segmentSizes(t, dir)) < 3 {
+		save()
 	}
 	sizes := segmentSizes(t, dir)
-	if len(sizes) < 3 {
-		t.Fatalf("segment sizes %v, want three or more", sizes)
+	if sizes[1] != seg || sizes[2] != seg {
+		t.Fatalf("segment sizes %v, want the segments after the first allocated whole (%d bytes)", sizes, seg)
 	}
-	for _, s := range sizes[:len(sizes)-1] {
-		// A segment is cut at its size; only a writer that outran the
-		// growth (a slow disk) leaves one shorter.
-		if s > seg || s < seg-seg/4 {
-			t.Fatalf("segment sizes %v, want every finished segment cut at %d bytes", sizes, seg)
-		}
+	if sizes[0] > seg || sizes[0] < seg-seg/4 {
+		t.Fatalf("segment sizes %v, want the first grown to about %d bytes before the cut", sizes, seg)
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
@@ -464,11 +461,12 @@ func TestGrowthNeverOverwritesRecords(t *testing.T) {
 	idx := uint64(0)
 	for round := 0; round < 2; round++ {
 		var w *WAL
+		// Every segment grows (by default only a new log's first does).
 		if round == 0 {
-			w = mustCreate(t, dir, &Options{FS: ffs, SegmentSize: seg})
+			w = mustCreate(t, dir, &Options{FS: ffs, SegmentSize: seg, growAll: true})
 		} else {
 			var err error
-			if w, err = Open(dir, Snapshot{}, &Options{FS: ffs, SegmentSize: seg}); err != nil {
+			if w, err = Open(dir, Snapshot{}, &Options{FS: ffs, SegmentSize: seg, growAll: true}); err != nil {
 				t.Fatal(err)
 			}
 			if _, _, ents, err := w.ReadAll(); err != nil || uint64(len(ents)) != idx {
@@ -538,7 +536,7 @@ func TestGrowthFailureCutsTheSegment(t *testing.T) {
 				return nil
 			})
 			logs := &logBuffer{}
-			w := mustCreate(t, dir, &Options{FS: ffs, SegmentSize: seg, Logger: logs.logger()})
+			w := mustCreate(t, dir, &Options{FS: ffs, SegmentSize: seg, Logger: logs.logger(), growAll: true})
 			idx := uint64(0)
 			for idx < 2000 { // about 2 MB: segments cut at their first chunk
 				idx++

@@ -153,7 +153,7 @@ func Create(dir string, metadata []byte, opts *Options) (*WAL, error) {
 	if err := removeTempFiles(o.FS, dir); err != nil {
 		return nil, err
 	}
-	w.pre = startPreallocator(o.FS, dir, o.SegmentSize, !o.NoZeroFill, o.wholeSegments, o.Logger)
+	w.pre = startPreallocator(o.FS, dir, o.SegmentSize, !o.NoZeroFill, !o.wholeSegments, o.growAll, o.Logger)
 	pf, err := w.pre.takeFirst()
 	if err != nil {
 		return nil, err
@@ -294,7 +294,7 @@ func Open(dir string, snap Snapshot, opts *Options) (*WAL, error) {
 	w.queue.num = r.lastBatch + 1
 	w.curSeq, w.curHead, w.curCap = last.seq, 0, o.SegmentSize
 	w.segs = r.allSegs
-	w.pre = startPreallocator(o.FS, dir, o.SegmentSize, !o.NoZeroFill, o.wholeSegments, o.Logger)
+	w.pre = startPreallocator(o.FS, dir, o.SegmentSize, !o.NoZeroFill, false, o.growAll, o.Logger)
 	// The last segment grows on from its size, as it did before the
 	// restart (a disk short of space cuts it short again).
 	size, err := f.Size()
