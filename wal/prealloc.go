@@ -29,9 +29,13 @@ var (
 const minSegmentFloor = 1 << 20
 
 // growPiece is the most the preallocator zero-fills of the current segment
-// in one write: the writer waits for a piece in flight only if it has
-// caught up with it.
-const growPiece = 1 << 20
+// at once: the writer waits for a piece in flight only if it has caught
+// up with it. It is written from growZeros zero bytes kept for the
+// purpose (a small buffer: it lives as long as the log).
+const (
+	growPiece = 1 << 20
+	growZeros = 64 << 10
+)
 
 // growChunk is how much of a segment is allocated at a time: an eighth of
 // the segment size (8 MiB of 64), in whole 4 KiB blocks, at least one.
@@ -100,7 +104,7 @@ type preallocator struct {
 	// which grows; growAll (tests only): every segment grows.
 	growFirst, growAll bool
 	zeroFill           bool
-	zero               []byte // growPiece zeros, once needed
+	zero               []byte // growZeros zeros, once needed
 	log                *slog.Logger
 	// freeSpace reports the bytes available to the WAL directory's file
 	// system, if known; a hint that keeps a reduced segment from taking
@@ -587,10 +591,16 @@ func (p *preallocator) fillRange(f vfs.File, off, n int64) error {
 		return nil
 	}
 	if p.zero == nil {
-		p.zero = make([]byte, growPiece)
+		p.zero = make([]byte, growZeros)
 	}
-	_, err := f.WriteAt(p.zero[:n], off)
-	return err
+	for end := off + n; off < end; {
+		m := min(end-off, int64(len(p.zero)))
+		if _, err := f.WriteAt(p.zero[:m], off); err != nil {
+			return err
+		}
+		off += m
+	}
+	return nil
 }
 
 // removeTempFiles deletes prepared segment files left by a crash.

@@ -529,7 +529,7 @@ func TestGrowthFailureCutsTheSegment(t *testing.T) {
 				}
 				switch {
 				case op == vfs.OpPreallocate && ev.Off >= chunk,
-					op == vfs.OpWrite && ev.Off >= chunk && int64(ev.Len) == min(chunk, growPiece):
+					op == vfs.OpWrite && ev.Off >= chunk && int64(ev.Len) == min(chunk, growZeros):
 					failed.Add(1)
 					return &vfs.Fault{Err: vfs.EIO}
 				}
