@@ -80,10 +80,10 @@ type DB struct {
 	writeTime time.Duration // guarded by writeMu: time writing pages during the current commit
 
 	readersMu   sync.Mutex
-	readersDone *sync.Cond      // signalled when readers empties
-	readers     map[uint64]int  // guarded by readersMu: open read txs per snapshot txid
-	closing     bool            // guarded by readersMu
-	verified    []atomic.Uint64 // bit per page: checksum and structure verified
+	readersDone *sync.Cond     // signalled when readers empties
+	readers     map[uint64]int // guarded by readersMu: open read txs per snapshot txid
+	closing     bool           // guarded by readersMu
+	verified    verifiedSet    // bit per page: checksum and structure verified
 	closed      atomic.Bool
 	st          statCounters
 	// Set by open and only read after it, by CheckFile: why each meta
@@ -203,7 +203,7 @@ func (db *DB) open() error {
 		return fmt.Errorf("pagestore: mmap %s (%d bytes): %w", db.path, db.opts.MaxMapSize, err)
 	}
 	db.data = data
-	db.verified = make([]atomic.Uint64, (db.opts.MaxMapSize/int64(db.pageSize)+63)/64)
+	db.verified = newVerifiedSet(db.opts.MaxMapSize / int64(db.pageSize))
 	fl, err := loadFreelist(db.path, m, db.pageSize, func(id pgid) ([]byte, error) { return db.page(id, m.hwm) })
 	if err != nil {
 		if !db.checking {
@@ -368,7 +368,7 @@ func (db *DB) page(id pgid, hwm pgid) ([]byte, error) {
 	}
 	ps := int64(db.pageSize)
 	off := int64(id) * ps
-	if db.verified[id/64].Load()&(1<<(id%64)) != 0 {
+	if db.verified.has(id) {
 		return db.data[off : off+(1+int64(pgOverflow(db.data[off:])))*ps], nil
 	}
 	return db.verifyPage(id, hwm, true)
@@ -399,7 +399,7 @@ func (db *DB) verifyPage(id pgid, hwm pgid, remember bool) ([]byte, error) {
 		return nil, corruptPage(db.path, id, db.pageSize, "%v", err)
 	}
 	if remember {
-		db.verified[id/64].Or(1 << (id % 64))
+		db.verified.add(id)
 	}
 	return p, nil
 }
@@ -408,7 +408,7 @@ func (db *DB) verifyPage(id pgid, hwm pgid, remember bool) ([]byte, error) {
 func (db *DB) forget(id pgid, n uint64) {
 	for i := uint64(0); i < n; i++ {
 		p := id + pgid(i)
-		db.verified[p/64].And(^(uint64(1) << (p % 64)))
+		db.verified.remove(p)
 	}
 }
 

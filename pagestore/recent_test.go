@@ -84,7 +84,7 @@ func TestWriterReadsLatestCommitFromMemory(t *testing.T) {
 	}
 	var mapped []pgid
 	for _, p := range db.recent {
-		if db.verified[p.id/64].Load()&(1<<(p.id%64)) != 0 {
+		if db.verified.has(p.id) {
 			mapped = append(mapped, p.id)
 		}
 	}
