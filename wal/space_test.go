@@ -20,6 +20,17 @@ import (
 	"github.com/strata-db/strata/vfs"
 )
 
+// saveOne appends entry idx+1 (1000 bytes) to w with the hard state
+// committing idx, failing the test on an error, and returns idx+1.
+func saveOne(t *testing.T, w *WAL, idx uint64) uint64 {
+	t.Helper()
+	idx++
+	if err := w.Save(mkState(1, idx-1), []*raftpb.Entry{mkEntry(idx, 1, 1000)}); err != nil {
+		t.Fatal(err)
+	}
+	return idx
+}
+
 // logBuffer collects a logger's records for assertions.
 type logBuffer struct {
 	mu  sync.Mutex
@@ -303,13 +314,7 @@ func TestSpareOnlyWhenNearlyFull(t *testing.T) {
 		return w.pre.wanted, w.pre.ready != nil
 	}
 	idx := uint64(0)
-	save := func() {
-		t.Helper()
-		idx++
-		if err := w.Save(mkState(1, idx-1), []*raftpb.Entry{mkEntry(idx, 1, 1000)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	save := func() { idx = saveOne(t, w, idx) }
 	check := func(when string, wantWanted bool, wantOpens int32) {
 		t.Helper()
 		if wanted, _ := spare(); wanted != wantWanted {
@@ -393,13 +398,7 @@ func TestSegmentsGrowWithTheLog(t *testing.T) {
 		t.Fatalf("a new WAL holds %d bytes of disk, want at most one chunk (%d)", got, chunk)
 	}
 	idx := uint64(0)
-	save := func() {
-		t.Helper()
-		idx++
-		if err := w.Save(mkState(1, idx-1), []*raftpb.Entry{mkEntry(idx, 1, 1000)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	save := func() { idx = saveOne(t, w, idx) }
 	for len(segmentSizes(t, dir)) == 1 {
 		save()
 		if idx%50 != 0 {
