@@ -107,8 +107,9 @@ type Options struct {
 	// Tests only. wholeSegments: a new log's first segment is allocated
 	// whole too, so that every write and fdatasync of an installed
 	// segment is the writer's. growAll: every segment grows, not only a
-	// new log's first.
+	// new log's first. onWriterWait: see preallocator.onWriterWait.
 	wholeSegments, growAll bool
+	onWriterWait           func(onPiece bool)
 }
 
 func (o *Options) withDefaults() Options {

@@ -157,6 +157,12 @@ type preallocator struct {
 	growing bool
 	// growFailed is set when cur could not grow: its cap is now filled.
 	growFailed bool
+
+	// onWriterWait (tests only) runs, under mu, each time the writer is
+	// about to wait for the preallocator: onPiece when its write overlaps
+	// the piece being filled. It must not block. Read by writer-side
+	// methods only.
+	onWriterWait func(onPiece bool)
 }
 
 // preparedFile is a temporary segment file ready to be installed: its
@@ -374,6 +380,7 @@ func (p *preallocator) takeFirst() (*preparedFile, error) {
 	defer p.mu.Unlock()
 	p.wantLocked()
 	for p.ready == nil && p.attempts == 0 && !p.stopped {
+		p.writerWaits(false)
 		p.cond.Wait()
 	}
 	if p.ready == nil {
@@ -394,6 +401,7 @@ func (p *preallocator) tryTake() *preparedFile {
 	defer p.mu.Unlock()
 	p.wantLocked()
 	for p.ready == nil && !p.failing && !p.stopped {
+		p.writerWaits(false)
 		p.cond.Wait()
 	}
 	if p.ready == nil {
@@ -451,6 +459,7 @@ func (p *preallocator) attach(path string, writeEnd, filled, limit int64) {
 	defer p.mu.Unlock()
 	p.detaching = true
 	for p.busy {
+		p.writerWaits(false)
 		p.cond.Wait()
 	}
 	p.detaching = false
@@ -471,11 +480,18 @@ func (p *preallocator) beforeWrite(off, end int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for p.fillTo != 0 && off < p.fillTo && end > p.fillFrom {
+		p.writerWaits(true)
 		p.cond.Wait()
 	}
 	p.writeEnd = max(p.writeEnd, end)
 	p.filled = max(p.filled, end) // a write past the allocated end extends the file
 	p.maybeGrowLocked()
+}
+
+func (p *preallocator) writerWaits(onPiece bool) {
+	if p.onWriterWait != nil {
+		p.onWriterWait(onPiece)
+	}
 }
 
 func (p *preallocator) maybeGrowLocked() {

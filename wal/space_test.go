@@ -441,31 +441,36 @@ func TestSegmentsGrowWithTheLog(t *testing.T) {
 
 // TestGrowthNeverOverwritesRecords: the preallocator zero-fills the
 // segment being written while the writer appends, and a slow disk lets
-// the writer catch up with the piece being filled. It must wait for the
+// the writer catch up with the piece being filled (here: each piece is
+// held until the writer waits for the preallocator). It must wait for the
 // piece rather than have its records zeroed after the fact: every entry
 // reads back, after a reopen that grows the last segment on.
 func TestGrowthNeverOverwritesRecords(t *testing.T) {
 	dir := t.TempDir()
 	const seg = 64 << 10 // 8 KiB chunks: the writer keeps catching up
-	var waits atomic.Int64
-	ffs := vfs.NewFaultFS(vfs.Default, func(ev vfs.Event) *vfs.Fault {
-		if ev.Op == vfs.OpPreallocate && !strings.HasSuffix(ev.Path, tmpSuffix) {
-			// Growth of the segment being written: slow, so the writer
-			// reaches the piece before its zeros are written.
-			time.Sleep(5 * time.Millisecond)
-			waits.Add(1)
+	// Each growth piece is held before its preallocation until the writer
+	// waits for the preallocator (or the saves are done), so the writer
+	// reaches every piece it can while the piece is being filled.
+	hfs := &holdFS{FS: vfs.Default, release: make(chan struct{}, 1), done: make(chan struct{})}
+	var pieceWaits atomic.Int64
+	onWait := func(onPiece bool) {
+		if onPiece {
+			pieceWaits.Add(1)
 		}
-		return nil
-	})
+		select {
+		case hfs.release <- struct{}{}:
+		default:
+		}
+	}
 	idx := uint64(0)
 	for round := 0; round < 2; round++ {
 		var w *WAL
 		// Every segment grows (by default only a new log's first does).
 		if round == 0 {
-			w = mustCreate(t, dir, &Options{FS: ffs, SegmentSize: seg, growAll: true})
+			w = mustCreate(t, dir, &Options{FS: hfs, SegmentSize: seg, growAll: true, onWriterWait: onWait})
 		} else {
 			var err error
-			if w, err = Open(dir, Snapshot{}, &Options{FS: ffs, SegmentSize: seg, growAll: true}); err != nil {
+			if w, err = Open(dir, Snapshot{}, &Options{FS: hfs, SegmentSize: seg, growAll: true, onWriterWait: onWait}); err != nil {
 				t.Fatal(err)
 			}
 			if _, _, ents, err := w.ReadAll(); err != nil || uint64(len(ents)) != idx {
@@ -496,15 +501,62 @@ func TestGrowthNeverOverwritesRecords(t *testing.T) {
 		for err := range errs {
 			t.Fatal(err)
 		}
+		hfs.finish() // a piece still held goes on, before Close waits for it
 		if err := w.Close(); err != nil {
 			t.Fatal(err)
 		}
+		hfs.mu.Lock()
+		hfs.done = make(chan struct{}) // for the next round
+		hfs.mu.Unlock()
 	}
-	if waits.Load() == 0 {
-		t.Fatal("the segments never grew")
+	if hfs.held.Load() == 0 || pieceWaits.Load() == 0 {
+		t.Fatalf("%d growth pieces held, the writer waited for %d: the test did not make the writer catch up", hfs.held.Load(), pieceWaits.Load())
 	}
 	reopenAndCheck(t, dir, seg, idx)
-	t.Logf("%d entries over segments %v; %d slowed growth pieces", idx, segmentSizes(t, dir), waits.Load())
+	t.Logf("%d entries over segments %v; %d growth pieces held, the writer waited for a piece %d times",
+		idx, segmentSizes(t, dir), hfs.held.Load(), pieceWaits.Load())
+}
+
+// holdFS holds each preallocation of an installed segment (a growth
+// piece: spares are prepared under tmpSuffix names) until release
+// receives or done is closed.
+type holdFS struct {
+	vfs.FS
+	release chan struct{}
+	mu      sync.Mutex
+	done    chan struct{}
+	held    atomic.Int64
+}
+
+func (h *holdFS) finish() {
+	h.mu.Lock()
+	close(h.done)
+	h.mu.Unlock()
+}
+
+func (h *holdFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	f, err := h.FS.OpenFile(name, flag, perm)
+	if err != nil || strings.HasSuffix(name, tmpSuffix) {
+		return f, err
+	}
+	return &holdFile{File: f, h: h}, nil
+}
+
+type holdFile struct {
+	vfs.File
+	h *holdFS
+}
+
+func (f *holdFile) Preallocate(off, n int64) error {
+	f.h.held.Add(1)
+	f.h.mu.Lock()
+	done := f.h.done
+	f.h.mu.Unlock()
+	select {
+	case <-f.h.release:
+	case <-done:
+	}
+	return f.File.Preallocate(off, n)
 }
 
 // TestGrowthFailureCutsTheSegment: when the segment being written cannot

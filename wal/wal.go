@@ -154,6 +154,7 @@ func Create(dir string, metadata []byte, opts *Options) (*WAL, error) {
 		return nil, err
 	}
 	w.pre = startPreallocator(o.FS, dir, o.SegmentSize, !o.NoZeroFill, !o.wholeSegments, o.growAll, o.Logger)
+	w.pre.onWriterWait = o.onWriterWait // run never reads it
 	pf, err := w.pre.takeFirst()
 	if err != nil {
 		return nil, err
@@ -295,6 +296,7 @@ func Open(dir string, snap Snapshot, opts *Options) (*WAL, error) {
 	w.curSeq, w.curHead, w.curCap = last.seq, 0, o.SegmentSize
 	w.segs = r.allSegs
 	w.pre = startPreallocator(o.FS, dir, o.SegmentSize, !o.NoZeroFill, false, o.growAll, o.Logger)
+	w.pre.onWriterWait = o.onWriterWait // run never reads it
 	// The last segment grows on from its size, as it did before the
 	// restart (a disk short of space cuts it short again).
 	size, err := f.Size()
