@@ -387,6 +387,9 @@ func (w *WAL) writeBatch(b *batch) error {
 // the finished segment is durable before the next segment exists:
 // recovery relies on only the last segment ever having a torn tail.
 func (w *WAL) cut(b *batch, pos int, u unitMark, pf *preparedFile) error {
+	// The segment's growth stops first, so its final fdatasync below is
+	// the last write to it.
+	w.pre.detach()
 	err := w.write(b.buf[pos:u.off])
 	if err == nil {
 		err = w.timedSync(w.cur)

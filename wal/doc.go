@@ -80,8 +80,10 @@
 //     durable, and a torn write can only be in the last segment.
 //  3. Growth of a segment writes zeros (after fallocate) only past the
 //     end of its records, and the writer waits for a piece being filled
-//     before it writes over it, so growth never overwrites a record; a
-//     segment is cut only after its growth has stopped. A crash during
+//     before it writes over it, so growth never overwrites a record. At a
+//     cut, the segment's growth is stopped (a piece in progress is waited
+//     for) before the segment's final fdatasync, so nothing writes to a
+//     segment once the next one is installed. A crash during
 //     growth leaves zeros, unwritten (zero-reading) blocks or a shorter
 //     file after the last record: all read as the end of the log. Growth
 //     fdatasyncs through its own file handle, so a writeback error it

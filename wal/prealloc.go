@@ -449,11 +449,27 @@ func (p *preallocator) close() {
 	p.discard(pf)
 }
 
+// detach stops the growth of the current segment and waits for a piece in
+// progress (and its fdatasync): the writer calls it before the segment's
+// final fdatasync at a cut, so nothing writes to a segment once the log
+// has moved past it. Writes into the segment until attach no longer grow
+// it.
+func (p *preallocator) detach() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.detaching = true
+	for p.busy {
+		p.writerWaits(false)
+		p.cond.Wait()
+	}
+	p.detaching = false
+	p.curPath, p.growing = "", false
+}
+
 // attach makes f the current segment: its records end at writeEnd, its
-// first filled bytes are allocated, and it may grow to limit. A growth of
-// the previous segment still in progress is stopped and waited for (at
-// most one piece: it is usually long done, half a chunk before the cut),
-// so nothing touches a segment after the log has moved on.
+// first filled bytes are allocated, and it may grow to limit. The previous
+// segment's growth was stopped by detach at the cut; one still running
+// (none should be) is stopped and waited for here.
 func (p *preallocator) attach(path string, writeEnd, filled, limit int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -517,6 +533,12 @@ func (p *preallocator) capacity() int64 {
 // overwrites with no metadata to flush. Run by run only.
 func (p *preallocator) grow() {
 	p.mu.Lock()
+	if !p.growing || p.curPath == "" {
+		// detach stopped it between run's look and this one.
+		p.growing = false
+		p.mu.Unlock()
+		return
+	}
 	path, f := p.curPath, p.growF
 	target := min(p.limit, p.filled+p.chunk)
 	p.busy = true

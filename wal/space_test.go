@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
@@ -517,15 +518,96 @@ func TestGrowthNeverOverwritesRecords(t *testing.T) {
 		idx, segmentSizes(t, dir), hfs.held.Load(), pieceWaits.Load())
 }
 
+// TestCutStopsGrowth: at a cut, the segment's growth is stopped and
+// waited for before its final fdatasync, so no growth piece is still
+// pending when the next segment is renamed into place (nothing writes to
+// a segment the log has moved past). Growth pieces are held until the
+// writer waits for the preallocator, and entry sizes vary (seeded), so
+// cuts keep coming while the last piece of a segment is held.
+func TestCutStopsGrowth(t *testing.T) {
+	seed := time.Now().UnixNano()
+	if v := os.Getenv("STRATA_WAL_SEED"); v != "" {
+		fmt.Sscan(v, &seed)
+	}
+	t.Logf("seed %d (STRATA_WAL_SEED=%d replays it)", seed, seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	hfs := &holdFS{FS: vfs.Default, release: make(chan struct{}, 1), done: make(chan struct{})}
+	var cutWaits atomic.Int64
+	onWait := func(onPiece bool) {
+		if !onPiece {
+			cutWaits.Add(1)
+		}
+		select {
+		case hfs.release <- struct{}{}:
+		default:
+		}
+	}
+	dir := t.TempDir()
+	w := mustCreate(t, dir, &Options{FS: hfs, SegmentSize: 64 << 10, growAll: true, onWriterWait: onWait})
+	data := make([][]byte, 601)
+	for idx := uint64(1); idx <= 600; idx++ {
+		// Incompressible, and often more than the segment has left.
+		data[idx] = make([]byte, 500+rng.IntN(15000))
+		for i := range data[idx] {
+			data[idx][i] = byte(rng.Uint32())
+		}
+		e := mkEntry(idx, 1, 0)
+		e.Data = data[idx]
+		if err := w.Save(mkState(1, idx-1), []*raftpb.Entry{e}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hfs.finish()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := hfs.pendingAtRename.Load(); n != 0 {
+		t.Fatalf("%d segments were installed while the previous segment's growth was still pending", n)
+	}
+	if hfs.renames.Load() < 10 || cutWaits.Load() == 0 {
+		t.Fatalf("%d segments installed, %d waits outside a piece: the test did not cut while growing", hfs.renames.Load(), cutWaits.Load())
+	}
+	r, err := Open(dir, Snapshot{}, &Options{SegmentSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	_, _, ents, err := r.ReadAll()
+	if err != nil || len(ents) != 600 {
+		t.Fatalf("read back %d entries, %v; want 600", len(ents), err)
+	}
+	for i, e := range ents {
+		if idx := uint64(i + 1); e.GetIndex() != idx || !bytes.Equal(e.Data, data[idx]) {
+			t.Fatalf("entry %d (index %d) differs", idx, e.GetIndex())
+		}
+	}
+	t.Logf("%d segments installed, %d growth pieces held; the writer waited for growth outside a piece %d times",
+		hfs.renames.Load(), hfs.held.Load(), cutWaits.Load())
+}
+
 // holdFS holds each preallocation of an installed segment (a growth
 // piece: spares are prepared under tmpSuffix names) until release
-// receives or done is closed.
+// receives or done is closed. It counts the segment installs (renames of
+// a prepared file) made while a piece was held.
 type holdFS struct {
 	vfs.FS
 	release chan struct{}
 	mu      sync.Mutex
 	done    chan struct{}
 	held    atomic.Int64
+	// waiting: pieces held now; renames, pendingAtRename: segment installs,
+	// and those made while waiting > 0.
+	waiting, renames, pendingAtRename atomic.Int64
+}
+
+func (h *holdFS) Rename(from, to string) error {
+	if strings.HasSuffix(from, tmpSuffix) {
+		h.renames.Add(1)
+		if h.waiting.Load() > 0 {
+			h.pendingAtRename.Add(1)
+		}
+	}
+	return h.FS.Rename(from, to)
 }
 
 func (h *holdFS) finish() {
@@ -549,6 +631,7 @@ type holdFile struct {
 
 func (f *holdFile) Preallocate(off, n int64) error {
 	f.h.held.Add(1)
+	f.h.waiting.Add(1)
 	f.h.mu.Lock()
 	done := f.h.done
 	f.h.mu.Unlock()
@@ -556,6 +639,7 @@ func (f *holdFile) Preallocate(off, n int64) error {
 	case <-f.h.release:
 	case <-done:
 	}
+	f.h.waiting.Add(-1)
 	return f.File.Preallocate(off, n)
 }
 
