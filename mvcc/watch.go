@@ -182,6 +182,9 @@ type WatchableStore struct {
 	synced   *watcherGroup
 	unsynced *watcherGroup
 	victims  map[*watcher]*victimBatch
+	// matchScratch is matchOne's list of matched watchers, kept between
+	// calls for its capacity (and cleared after each).
+	matchScratch []*watcher
 
 	// Published copies of the counts, for metrics without mu.
 	watcherTotal     atomic.Int64
@@ -268,35 +271,15 @@ func (s *WatchableStore) notify(rev int64, events []Event) {
 	if s.synced.len() == 0 || len(events) == 0 {
 		return
 	}
-	var batches map[*watcher][]*mvccpb.Event
-	for i := range events {
-		e := &events[i]
-		var pe *mvccpb.Event // built once and shared, read-only, by every watcher
-		s.synced.match(e.KV.Key, func(w *watcher) {
-			if rev < w.minRev { // a watcher that asked for a future revision
-				return
-			}
-			if pe == nil {
-				pe = &mvccpb.Event{Type: e.Type, Kv: e.KV}
-			}
-			if w.filtered(pe) {
-				return
-			}
-			if batches == nil {
-				batches = map[*watcher][]*mvccpb.Event{}
-			}
-			batches[w] = append(batches[w], pe)
-		})
-	}
-	// One message per stream: a put that many watchers of a stream match
-	// costs apply one channel operation there, not one per watcher.
-	perStream := make(map[*WatchStream][]streamMsg, len(batches))
-	for w, evs := range batches {
-		w.minRev = rev + 1
-		perStream[w.stream] = append(perStream[w.stream], streamMsg{w: w, resp: WatchResponse{WatchID: w.id, Events: evs, Revision: rev}})
+	var batches []streamBatch
+	if len(events) == 1 {
+		batches = s.matchOne(rev, &events[0])
+	} else {
+		batches = s.matchMany(rev, events)
 	}
 	victims := false
-	for st, msgs := range perStream {
+	for _, b := range batches {
+		st, msgs := b.st, b.msgs
 		m := msgs[0]
 		if len(msgs) > 1 {
 			m = streamMsg{batch: msgs}
@@ -318,6 +301,96 @@ func (s *WatchableStore) notify(rev int64, events []Event) {
 		s.publishCountsLocked()
 		kick(s.victimKick)
 	}
+}
+
+// streamBatch is a stream's responses for one notified revision.
+type streamBatch struct {
+	st   *WatchStream
+	msgs []streamMsg
+}
+
+// matchOne finds the synced watchers of a revision's only event (a put or
+// delete of one key, the common case). Every watcher that gets it gets the
+// same Events, shared with their encoding (WatchResponse.EncodedEvents),
+// so a key watched many times costs a response per watcher, not a copy of
+// the event per watcher. Called with s.mu held.
+func (s *WatchableStore) matchOne(rev int64, e *Event) []streamBatch {
+	var sh *sharedEvents
+	matched := s.matchScratch[:0]
+	s.synced.match(e.KV.Key, func(w *watcher) {
+		if rev < w.minRev { // a watcher that asked for a future revision
+			return
+		}
+		if sh == nil {
+			sh = &sharedEvents{evs: []*mvccpb.Event{{Type: e.Type, Kv: e.KV}}}
+		}
+		if w.filtered(sh.evs[0]) {
+			return
+		}
+		matched = append(matched, w)
+	})
+	defer func() {
+		clear(matched) // hold no watcher past this call
+		s.matchScratch = matched[:0]
+	}()
+	if len(matched) == 0 {
+		return nil
+	}
+	// Each stream's responses in one slice of the right size: count, then
+	// fill.
+	for _, w := range matched {
+		w.stream.notifyCount++
+	}
+	var batches []streamBatch
+	for _, w := range matched {
+		st := w.stream
+		if st.notifyMsgs == nil {
+			st.notifyMsgs = make([]streamMsg, 0, st.notifyCount)
+		}
+		w.minRev = rev + 1
+		st.notifyMsgs = append(st.notifyMsgs, streamMsg{w: w, resp: WatchResponse{WatchID: w.id, Events: sh.evs, Revision: rev, shared: sh}})
+		if len(st.notifyMsgs) == st.notifyCount {
+			batches = append(batches, streamBatch{st: st, msgs: st.notifyMsgs})
+			st.notifyMsgs, st.notifyCount = nil, 0
+		}
+	}
+	return batches
+}
+
+// matchMany is matchOne for a revision of several events (a txn or a
+// range delete): each watcher gets the events it matches, which may
+// differ from watcher to watcher. Called with s.mu held.
+func (s *WatchableStore) matchMany(rev int64, events []Event) []streamBatch {
+	var perWatcher map[*watcher][]*mvccpb.Event
+	for i := range events {
+		e := &events[i]
+		var pe *mvccpb.Event // built once and shared, read-only, by every watcher
+		s.synced.match(e.KV.Key, func(w *watcher) {
+			if rev < w.minRev {
+				return
+			}
+			if pe == nil {
+				pe = &mvccpb.Event{Type: e.Type, Kv: e.KV}
+			}
+			if w.filtered(pe) {
+				return
+			}
+			if perWatcher == nil {
+				perWatcher = map[*watcher][]*mvccpb.Event{}
+			}
+			perWatcher[w] = append(perWatcher[w], pe)
+		})
+	}
+	perStream := make(map[*WatchStream][]streamMsg, len(perWatcher))
+	for w, evs := range perWatcher {
+		w.minRev = rev + 1
+		perStream[w.stream] = append(perStream[w.stream], streamMsg{w: w, resp: WatchResponse{WatchID: w.id, Events: evs, Revision: rev}})
+	}
+	batches := make([]streamBatch, 0, len(perStream))
+	for st, msgs := range perStream {
+		batches = append(batches, streamBatch{st: st, msgs: msgs})
+	}
+	return batches
 }
 
 // trySend hands r to the watcher's stream without blocking.

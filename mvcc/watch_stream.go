@@ -4,6 +4,7 @@ import (
 	"bytes"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"math/rand/v2"
 	"sync"
@@ -60,6 +61,46 @@ type WatchResponse struct {
 	// Fragment is the watcher's fragment option: Proto may split the
 	// response.
 	Fragment bool
+
+	// shared, if set, holds Events as every watcher that matched the same
+	// single event got them, with their encoding (EncodedEvents).
+	shared *sharedEvents
+}
+
+// sharedEvents is what one revision's event is for every watcher that
+// matched it: one Events slice, encoded once by whichever stream sends it
+// first, so that a put seen by many watchers is not encoded per watcher.
+type sharedEvents struct {
+	evs  []*mvccpb.Event
+	once sync.Once
+	enc  []byte
+}
+
+// EncodedEvents returns r's events encoded as the events field (11) of
+// WatchResponse, the same bytes for every watcher sent them; nil unless
+// r carries its revision's events as the store shared them (not, for
+// instance, with a watcher's PrevKv added). Field 11 is WatchResponse's
+// last, so a response of the other fields marshalled and followed by
+// these bytes is the response proto.Marshal makes.
+func (r *WatchResponse) EncodedEvents() []byte {
+	sh := r.shared
+	if sh == nil || len(r.Events) == 0 || len(r.Events) != len(sh.evs) || &r.Events[0] != &sh.evs[0] {
+		return nil
+	}
+	sh.once.Do(func() {
+		var b []byte
+		for _, ev := range sh.evs {
+			b = protowire.AppendTag(b, 11, protowire.BytesType)
+			b = protowire.AppendVarint(b, uint64(proto.Size(ev)))
+			var err error
+			if b, err = (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(b, ev); err != nil {
+				b = nil // cannot happen for a valid Event; the caller marshals r itself
+				break
+			}
+		}
+		sh.enc = b
+	})
+	return sh.enc
 }
 
 // IsProgressNotify reports whether r is a progress response (etcd's
@@ -167,6 +208,11 @@ type WatchStream struct {
 	// forwarder drains ctrl before each message from in, so it always
 	// precedes the watcher's events.
 	ctrl []streamMsg
+
+	// notifyMsgs and notifyCount are notify's scratch (guarded by the
+	// store's mu): the stream's responses for the revision being notified.
+	notifyMsgs  []streamMsg
+	notifyCount int
 }
 
 // NewWatchStream opens a stream. Close it when the client goes away.

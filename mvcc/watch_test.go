@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -96,6 +97,59 @@ func TestWatchPrevKV(t *testing.T) {
 	checkEvents(t, got[hist], "PUT k@5=3", "PUT k@6=4(prev 3@5)")
 	checkEvents(t, got[live], "PUT k@5=3", "PUT k@6=4(prev 3@5)")
 	checkEvents(t, got[plain], "PUT k@5=3", "PUT k@6=4") // shared events untouched
+}
+
+// TestWatchSharedEventEncoding: a revision's only event is encoded once
+// for every watcher that gets it as the store shared it, and the bytes
+// are proto.Marshal's; a watcher whose event differs (PrevKv) and a
+// revision of several events get no shared encoding.
+func TestWatchSharedEventEncoding(t *testing.T) {
+	ts := openWatchStore(t, WatchConfig{})
+	ts.put("k", "1")  // 2
+	ts.put("k1", "1") // 3
+	ws1, ws2 := ts.NewWatchStream(), ts.NewWatchStream()
+	defer ws1.Close()
+	defer ws2.Close()
+	mustWatch(t, ws1, WatchRequest{Key: []byte("k")})
+	mustWatch(t, ws1, WatchRequest{Key: []byte("k"), End: []byte("l")})
+	mustWatch(t, ws2, WatchRequest{Key: []byte("k")})
+	withPrev := mustWatch(t, ws2, WatchRequest{Key: []byte("k"), PrevKV: true})
+	ts.put("k", "2") // 4
+	var shared []byte
+	for i, ws := range []*WatchStream{ws1, ws2} {
+		for n := 0; n < 2; n++ {
+			r := recv(t, ws)
+			enc := r.EncodedEvents()
+			if i == 1 && r.WatchID == withPrev {
+				checkEvents(t, r.Events, "PUT k@4=2(prev 1@2)")
+				if enc != nil {
+					t.Fatalf("the PrevKV watcher's response has the shared encoding %x", enc)
+				}
+				continue
+			}
+			checkEvents(t, r.Events, "PUT k@4=2")
+			want, err := proto.Marshal(&pb.WatchResponse{Events: r.Events})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(enc, want) {
+				t.Fatalf("stream %d watch %d: shared encoding %x, proto.Marshal %x", i, r.WatchID, enc, want)
+			}
+			if shared == nil {
+				shared = enc
+			} else if &shared[0] != &enc[0] {
+				t.Fatalf("stream %d watch %d: the event was encoded again", i, r.WatchID)
+			}
+		}
+	}
+	ts.del("k", "l") // 5: two events; the range watcher gets both, the others one each
+	for i, ws := range []*WatchStream{ws1, ws2} {
+		for n := 0; n < 2; n++ {
+			if r := recv(t, ws); r.EncodedEvents() != nil {
+				t.Fatalf("stream %d watch %d: a revision of several events has a shared encoding", i, r.WatchID)
+			}
+		}
+	}
 }
 
 func TestWatchFilters(t *testing.T) {

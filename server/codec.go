@@ -47,6 +47,14 @@ var _ encoding.CodecV2 = wireCodec{}
 func (wireCodec) Name() string { return "proto" }
 
 func (c wireCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if w, ok := v.(*wireWatchResponse); ok {
+		if c.sent != nil {
+			c.sent.Add(float64(len(w.head) + len(w.events)))
+		}
+		// SliceBuffers: nothing to return to a pool, and the shared
+		// events are never written to.
+		return mem.BufferSlice{mem.SliceBuffer(w.head), mem.SliceBuffer(w.events)}, nil
+	}
 	m := messageOf(v)
 	if m == nil {
 		return nil, fmt.Errorf("proto: cannot marshal %T, not a protobuf message", v)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"time"
@@ -9,6 +10,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/strata-db/strata/auth"
 	"github.com/strata-db/strata/mvcc"
@@ -47,12 +49,10 @@ func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
 				}
 				s.kv.Metrics().EventsTaken(len(r.Events))
 				start := time.Now()
-				for _, m := range r.Proto(s.header(0), int(s.cfg.MaxRequestBytes)) {
-					if err := stream.Send(m); err != nil {
-						s.metrics.streamFailed("send", "watch", ctx, err)
-						sendErr <- err
-						return
-					}
+				if err := s.sendWatchResponse(stream, &r); err != nil {
+					s.metrics.streamFailed("send", "watch", ctx, err)
+					sendErr <- err
+					return
 				}
 				s.metrics.observeWatchSend(r, time.Since(start))
 			case m := <-own:
@@ -102,6 +102,54 @@ func watchCanceled(err error) error {
 		return rpctypes.ErrGRPCWatchCanceled
 	}
 	return err
+}
+
+// sendWatchResponse sends what the store produced for one watcher. A
+// response carrying an event the store shared between watchers goes out
+// as its own few bytes of header and watch ID followed by the event's
+// shared encoding (wireWatchResponse), the bytes proto.Marshal would
+// make; any other is converted and marshalled (and fragmented if the
+// watcher asked for it).
+func (s *Server) sendWatchResponse(stream pb.Watch_WatchServer, r *mvcc.WatchResponse) error {
+	if enc := r.EncodedEvents(); enc != nil && !r.Created && !r.Canceled && r.CompactRevision == 0 && r.CancelReason == "" && (!r.Fragment || len(r.Events) < 2) {
+		head := appendWatchHead(make([]byte, 0, 48), s.cluster, s.id, r.Revision, s.node.Status().Term, r.WatchID)
+		return stream.SendMsg(&wireWatchResponse{head: head, events: enc})
+	}
+	for _, m := range r.Proto(s.header(0), int(s.cfg.MaxRequestBytes)) {
+		if err := stream.Send(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wireWatchResponse is a WatchResponse already encoded: head is every
+// field but the events (header and watch ID), events the events field,
+// shared with the other watchers sent the same event. wireCodec writes
+// the two without copying them.
+type wireWatchResponse struct {
+	head, events []byte
+}
+
+// appendWatchHead appends a WatchResponse's header and watch ID as
+// proto.Marshal encodes them: fields in number order, zero scalars left
+// out, the header present even if empty.
+func appendWatchHead(b []byte, cluster, member uint64, rev int64, term uint64, id mvcc.WatchID) []byte {
+	var h [4 * (1 + binary.MaxVarintLen64)]byte // four tags and varints
+	hb := h[:0]
+	for i, v := range [4]uint64{cluster, member, uint64(rev), term} {
+		if v != 0 {
+			hb = protowire.AppendTag(hb, protowire.Number(i+1), protowire.VarintType)
+			hb = protowire.AppendVarint(hb, v)
+		}
+	}
+	b = protowire.AppendTag(b, 1, protowire.BytesType)
+	b = protowire.AppendBytes(b, hb)
+	if id != 0 {
+		b = protowire.AppendTag(b, 2, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(id))
+	}
+	return b
 }
 
 func (w *watchServer) recvLoop(stream pb.Watch_WatchServer, ws *mvcc.WatchStream, own chan<- *pb.WatchResponse) error {
