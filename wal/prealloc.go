@@ -457,13 +457,18 @@ func (p *preallocator) close() {
 func (p *preallocator) detach() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.stopGrowthLocked()
+	p.curPath, p.growing = "", false
+}
+
+// stopGrowthLocked asks a growth in progress to stop and waits for it.
+func (p *preallocator) stopGrowthLocked() {
 	p.detaching = true
 	for p.busy {
 		p.writerWaits(false)
 		p.cond.Wait()
 	}
 	p.detaching = false
-	p.curPath, p.growing = "", false
 }
 
 // attach makes f the current segment: its records end at writeEnd, its
@@ -473,12 +478,7 @@ func (p *preallocator) detach() {
 func (p *preallocator) attach(path string, writeEnd, filled, limit int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.detaching = true
-	for p.busy {
-		p.writerWaits(false)
-		p.cond.Wait()
-	}
-	p.detaching = false
+	p.stopGrowthLocked()
 	if p.growF != nil {
 		p.growF.Close()
 		p.growF = nil
