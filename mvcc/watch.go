@@ -303,6 +303,20 @@ func (s *WatchableStore) notify(rev int64, events []Event) {
 	}
 }
 
+// wants reports whether the synced watcher w is sent e at revision rev:
+// not if it asked for a later revision, nor if its filters drop e. *pe is
+// e as an mvccpb.Event, built on first need and shared, read-only, by
+// every watcher of e.
+func (w *watcher) wants(rev int64, e *Event, pe **mvccpb.Event) bool {
+	if rev < w.minRev { // a watcher that asked for a future revision
+		return false
+	}
+	if *pe == nil {
+		*pe = &mvccpb.Event{Type: e.Type, Kv: e.KV}
+	}
+	return !w.filtered(*pe)
+}
+
 // streamBatch is a stream's responses for one notified revision.
 type streamBatch struct {
 	st   *WatchStream
@@ -315,19 +329,12 @@ type streamBatch struct {
 // so a key watched many times costs a response per watcher, not a copy of
 // the event per watcher. Called with s.mu held.
 func (s *WatchableStore) matchOne(rev int64, e *Event) []streamBatch {
-	var sh *sharedEvents
 	matched := s.matchScratch[:0]
+	var pe *mvccpb.Event
 	s.synced.match(e.KV.Key, func(w *watcher) {
-		if rev < w.minRev { // a watcher that asked for a future revision
-			return
+		if w.wants(rev, e, &pe) {
+			matched = append(matched, w)
 		}
-		if sh == nil {
-			sh = &sharedEvents{evs: []*mvccpb.Event{{Type: e.Type, Kv: e.KV}}}
-		}
-		if w.filtered(sh.evs[0]) {
-			return
-		}
-		matched = append(matched, w)
 	})
 	defer func() {
 		clear(matched) // hold no watcher past this call
@@ -336,6 +343,7 @@ func (s *WatchableStore) matchOne(rev int64, e *Event) []streamBatch {
 	if len(matched) == 0 {
 		return nil
 	}
+	sh := &sharedEvents{evs: []*mvccpb.Event{pe}}
 	// Each stream's responses in one slice of the right size: count, then
 	// fill.
 	for _, w := range matched {
@@ -364,15 +372,9 @@ func (s *WatchableStore) matchMany(rev int64, events []Event) []streamBatch {
 	var perWatcher map[*watcher][]*mvccpb.Event
 	for i := range events {
 		e := &events[i]
-		var pe *mvccpb.Event // built once and shared, read-only, by every watcher
+		var pe *mvccpb.Event
 		s.synced.match(e.KV.Key, func(w *watcher) {
-			if rev < w.minRev {
-				return
-			}
-			if pe == nil {
-				pe = &mvccpb.Event{Type: e.Type, Kv: e.KV}
-			}
-			if w.filtered(pe) {
+			if !w.wants(rev, e, &pe) {
 				return
 			}
 			if perWatcher == nil {
