@@ -9,7 +9,9 @@
 //
 //  1. A leader hands its outbound messages to the transport first, so
 //     followers write their copies while the leader writes its own (the
-//     raft thesis, 10.2.1). A follower sends only after step 2.
+//     raft thesis, 10.2.1). On one P (GOMAXPROCS 1) it then yields once
+//     before writing, or the transport's goroutines would get the P only
+//     after its fdatasync. A follower sends only after step 2.
 //  2. The hard state and entries go to the WAL as one unit; the WAL
 //     fdatasyncs when raft.MustSync says so. Only then are the entries
 //     appended to the in-memory raft log, and Advance is called.

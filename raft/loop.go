@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"time"
 
@@ -148,6 +149,15 @@ func (n *Node) handleReady() error {
 	isLeader := n.lead.Load() == n.cfg.ID
 	if isLeader {
 		n.send(rd.Messages)
+		if len(rd.Messages) > 0 && len(rd.Entries) > 0 && runtime.GOMAXPROCS(0) == 1 {
+			// The WAL write below blocks this thread in fdatasync, and
+			// with one P (internal/procs puts a lightly loaded member on
+			// one) the goroutines that write these messages to the peers
+			// would wait for it: the followers would start their own
+			// write a whole fdatasync late, and a put would wait for two
+			// in a row. Let them run first.
+			runtime.Gosched()
+		}
 	}
 	// Committed entries go to the apply goroutine before this Ready's WAL
 	// write, so applying overlaps the fdatasync. They are NOT always
