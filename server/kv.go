@@ -140,7 +140,7 @@ func (s *Server) proposeAs(ctx context.Context, req *pb.InternalRaftRequest, ai 
 		s.wait.trigger(id, applyResult{err: err, dropped: true})
 	}
 	for {
-		ch := s.wait.register(id)
+		ch := s.wait.registerRequest(id, req, data)
 		if err := s.node.ProposeAsync(ctx, timeout.C, data, drop); err != nil {
 			s.wait.cancel(id)
 			s.metrics.proposalsFailed.Inc()
