@@ -395,10 +395,10 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 	if err := checkTxnRequest(r, int(s.cfg.MaxTxnOps)); err != nil {
 		return nil, err
 	}
-	if _, _, err := checkIntervals(r.Success); err != nil {
+	if err := checkBranch(r.Success); err != nil {
 		return nil, err
 	}
-	if _, _, err := checkIntervals(r.Failure); err != nil {
+	if err := checkBranch(r.Failure); err != nil {
 		return nil, err
 	}
 	ai, err := s.authInfo(ctx)

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"bytes"
+
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
@@ -98,6 +100,39 @@ func anyContains(ivs []interval, k string) bool {
 	}
 	return false
 }
+
+// checkBranch is checkIntervals for a txn's top-level branch, whose puts
+// and deletes are not needed after: a branch of reads and at most
+// pairwiseBranch puts, with no delete and no nested txn (most txns), is
+// checked pair by pair without building the map.
+func checkBranch(reqs []*pb.RequestOp) error {
+	var puts [pairwiseBranch][]byte
+	n := 0
+	for _, req := range reqs {
+		switch {
+		case req.GetRequestTxn() != nil, req.GetRequestDeleteRange() != nil:
+			_, _, err := checkIntervals(reqs)
+			return err
+		case req.GetRequestPut() != nil:
+			if n == len(puts) {
+				_, _, err := checkIntervals(reqs)
+				return err
+			}
+			k := req.GetRequestPut().GetKey()
+			for _, p := range puts[:n] {
+				if bytes.Equal(p, k) {
+					return rpctypes.ErrGRPCDuplicateKey
+				}
+			}
+			puts[n] = k
+			n++
+		}
+	}
+	return nil
+}
+
+// pairwiseBranch is the most puts checkBranch compares pair by pair.
+const pairwiseBranch = 8
 
 // checkIntervals rejects a txn branch that puts one key twice or puts a
 // key that a delete in the same branch (or a nested txn's) covers.
