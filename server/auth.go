@@ -326,13 +326,6 @@ func (s *Server) requireIdentity(ctx context.Context, method string) error {
 	return nil
 }
 
-func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if err := s.requireIdentity(ctx, info.FullMethod); err != nil {
-		return nil, err
-	}
-	return h(ctx, req)
-}
-
 func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	if err := s.requireIdentity(ss.Context(), info.FullMethod); err != nil {
 		return err

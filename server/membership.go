@@ -484,19 +484,21 @@ func (s *Server) isLearner() bool {
 	return m != nil && m.IsLearner
 }
 
-func (s *Server) learnerUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+// learnerRefuses is what a learner answers a unary request it does not
+// serve (nil when it serves it, or when this member is no learner).
+func (s *Server) learnerRefuses(req any) error {
 	if s.isLearner() {
 		switch r := req.(type) {
 		case *pb.StatusRequest:
 		case *pb.RangeRequest:
 			if !r.Serializable {
-				return nil, rpctypes.ErrGRPCNotSupportedForLearner
+				return rpctypes.ErrGRPCNotSupportedForLearner
 			}
 		default:
-			return nil, rpctypes.ErrGRPCNotSupportedForLearner
+			return rpctypes.ErrGRPCNotSupportedForLearner
 		}
 	}
-	return h(ctx, req)
+	return nil
 }
 
 func (s *Server) learnerStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {

@@ -178,22 +178,6 @@ func (g *grpcMetrics) countClient(ctx context.Context, typ string) error {
 	return nil
 }
 
-func (g *grpcMetrics) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	start := time.Now()
-	mm := g.method(info.FullMethod, "unary")
-	mm.started.Inc()
-	mm.received.Inc()
-	resp, err := func() (any, error) {
-		if err := g.countClient(ctx, "unary"); err != nil {
-			return nil, err
-		}
-		return h(ctx, req)
-	}()
-	mm.sent.Inc()
-	mm.done(err, start)
-	return resp, err
-}
-
 func (g *grpcMetrics) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	start := time.Now()
 	typ := "bidi_stream"

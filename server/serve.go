@@ -52,7 +52,7 @@ func (s *Server) Serve() error {
 		grpc.NumStreamWorkers(uint32(max(256, 4*runtime.GOMAXPROCS(0)))),
 		grpc.ForceServerCodecV2(wireCodec{sent: s.metrics.grpc.sentBytes, received: s.metrics.grpc.receivedBytes}),
 		experimental.BufferPool(wireBufferPool),
-		grpc.ChainUnaryInterceptor(s.requestStats, s.metrics.grpc.unaryInterceptor, s.learnerUnary, s.authUnary),
+		grpc.UnaryInterceptor(s.unaryInterceptor),
 		grpc.ChainStreamInterceptor(s.metrics.grpc.streamInterceptor, s.learnerStream, s.authStream),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.cfg.GRPCKeepAliveMinTime, PermitWithoutStream: false}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.cfg.GRPCKeepAliveInterval, Timeout: s.cfg.GRPCKeepAliveTimeout}),
