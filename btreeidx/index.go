@@ -101,7 +101,33 @@ func (x *Index) Put(key []byte, rev Revision) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	ki, ok := x.lookup(key)
-	if !ok {
+	return x.putLocked(key, ki, ok, rev)
+}
+
+// PutPrior is Get(key, rev.Main) followed by Put(key, rev), with one
+// lookup of key instead of two: it returns the created revision and the
+// version that Get would have returned just before the put (ok false
+// where Get would have failed: no such key, or deleted), which is what a
+// put needs to build its record.
+func (x *Index) PutPrior(key []byte, rev Revision) (created Revision, ver int64, ok bool, err error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	ki, found := x.lookup(key)
+	if found {
+		if _, c, v, gerr := ki.get(rev.Main); gerr == nil {
+			created, ver, ok = c, v, true
+		}
+	}
+	if err := x.putLocked(key, ki, found, rev); err != nil {
+		return Revision{}, 0, false, err
+	}
+	return created, ver, ok, nil
+}
+
+// putLocked is Put once key has been looked up (ki, found). The caller
+// holds mu for writing.
+func (x *Index) putLocked(key []byte, ki *keyIndex, found bool, rev Revision) error {
+	if !found {
 		ki = &keyIndex{key: bytes.Clone(key), owner: x.owner}
 		if err := ki.put(rev); err != nil {
 			return err

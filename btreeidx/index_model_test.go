@@ -194,8 +194,20 @@ func (m *modelRun) step(mayFork bool) {
 			if err != nil {
 				t.Fatalf("Tombstone(%s, %v): %v", k, e.rev, err)
 			}
-		} else if err := m.x.Put([]byte(k), e.rev); err != nil {
-			t.Fatalf("Put(%s, %v): %v", k, e.rev, err)
+		} else if rng.IntN(2) == 0 {
+			if err := m.x.Put([]byte(k), e.rev); err != nil {
+				t.Fatalf("Put(%s, %v): %v", k, e.rev, err)
+			}
+		} else {
+			// PutPrior reports what Get said just before.
+			_, wc, wv, gerr := m.x.Get([]byte(k), e.rev.Main)
+			c, v, ok, err := m.x.PutPrior([]byte(k), e.rev)
+			if err != nil {
+				t.Fatalf("PutPrior(%s, %v): %v", k, e.rev, err)
+			}
+			if ok != (gerr == nil) || c != wc || v != wv {
+				t.Fatalf("PutPrior(%s, %v) = %v, %d, %v; Get before it gave %v, %d, %v", k, e.rev, c, v, ok, wc, wv, gerr)
+			}
 		}
 		m.h.add(e)
 		m.store[e.rev] = e

@@ -161,18 +161,19 @@ func (t *txnWrite) put(key, value []byte, lease int64) int64 {
 	t.ops.puts++
 	t.ops.putSize += int64(len(key) + len(value))
 	rev := t.beginRev + 1
+	idxRev := Revision{Main: rev, Sub: int64(len(t.changes))}
+	c, v, existed, err := s.index().PutPrior(key, idxRev)
+	if err != nil {
+		panic(fmt.Sprintf("mvcc: index put %q at %v: %v", key, idxRev, err)) // revisions only ascend
+	}
 	created, ver := rev, int64(0)
 	oldLease := int64(0)
-	if _, c, v, err := s.index().Get(key, rev); err == nil {
+	if existed {
 		created, ver = c.Main, v
 		oldLease = s.keyLeases[string(key)]
 	}
-	idxRev := Revision{Main: rev, Sub: int64(len(t.changes))}
 	kv := &mvccpb.KeyValue{Key: key, Value: value, CreateRevision: created, ModRevision: rev, Version: divergedVersion(key, ver), Lease: lease}
 	t.w.PutKeyRecord(idxRev, false, encodeKV(kv))
-	if err := s.index().Put(key, idxRev); err != nil {
-		panic(fmt.Sprintf("mvcc: index put %q at %v: %v", key, idxRev, err)) // revisions only ascend
-	}
 	t.changes = append(t.changes, kv)
 	t.events = append(t.events, Event{Type: mvccpb.Event_PUT, KV: kv})
 	if oldLease != lease {
