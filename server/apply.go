@@ -83,7 +83,7 @@ func (a *applier) applyNormal(idx, term uint64, data []byte) {
 	if req == nil {
 		a.decoded.Add(1)
 		req = new(pb.InternalRaftRequest)
-		if err := proto.Unmarshal(data, req); err != nil {
+		if err := decodeRequest(data, req); err != nil {
 			s.lg.Error("cannot decode a committed entry; skipping it", "index", idx, "error", err)
 			s.kv.ApplyNoop(idx, term)
 			return
@@ -97,6 +97,19 @@ func (a *applier) applyNormal(idx, term uint64, data []byte) {
 	r := a.dispatch(idx, term, req)
 	s.metrics.observeApply(applyOp(req), r.err, time.Since(start), s.cfg.WarningApplyDuration)
 	s.wait.trigger(id, r)
+}
+
+// entryDecoding decodes committed entries. Its nesting limit is above the
+// default one that gRPC decodes client requests with, so that whatever a
+// member accepted from a client, wrapped in an InternalRaftRequest (one
+// level more), decodes on every member: a txn nested to gRPC's limit
+// would otherwise be applied by its proposer from its own copy and
+// skipped as undecodable by the others.
+var entryDecoding = proto.UnmarshalOptions{RecursionLimit: 2 * protowire.DefaultRecursionLimit}
+
+// decodeRequest decodes a committed entry's request.
+func decodeRequest(data []byte, req *pb.InternalRaftRequest) error {
+	return entryDecoding.Unmarshal(data, req)
 }
 
 // requestID reads an encoded InternalRaftRequest's id without decoding

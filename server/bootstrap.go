@@ -403,12 +403,6 @@ func (s *Server) memberBootstrapped(initial map[string][]url.URL) bool {
 // (ClusterMemberAttrSet) until one proposal is applied, or the member
 // stops; false means it stopped first.
 func (s *Server) publish() bool {
-	req := &pb.InternalRaftRequest{ClusterMemberAttrSet: &membershippb.ClusterMemberAttrSetRequest{
-		Member_ID: s.id,
-		MemberAttributes: &membershippb.Attributes{
-			Name: s.cfg.Name, ClientUrls: membership.URLStrings(s.cfg.AdvertiseClientURLs),
-		},
-	}}
 	urls := membership.URLStrings(s.cfg.AdvertiseClientURLs)
 	// Each attempt waits an election timeout or two, not a whole request
 	// timeout: a member that joins by a snapshot may get its own
@@ -418,6 +412,14 @@ func (s *Server) publish() bool {
 	// before proposing again (the proposal is idempotent).
 	attempt := min(s.requestTimeout(), max(2*s.cfg.ElectionTimeout(), time.Second))
 	for {
+		// A new request each attempt: a proposed one is never changed
+		// (proposeAs), and each proposal gets its own header.
+		req := &pb.InternalRaftRequest{ClusterMemberAttrSet: &membershippb.ClusterMemberAttrSetRequest{
+			Member_ID: s.id,
+			MemberAttributes: &membershippb.Attributes{
+				Name: s.cfg.Name, ClientUrls: membership.URLStrings(s.cfg.AdvertiseClientURLs),
+			},
+		}}
 		ctx, cancel := context.WithTimeout(context.Background(), attempt)
 		res, err := s.propose(ctx, req)
 		cancel()

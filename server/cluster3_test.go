@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/strata-db/strata/internal/poll"
 	"github.com/strata-db/strata/server/config"
 )
@@ -812,5 +814,78 @@ func TestClusterReadsWaitForSnapshotInstall(t *testing.T) {
 	t.Logf("%d reads served around the install, %d of them sent during it and waiting for it", served, during)
 	if during != readers {
 		t.Fatalf("%d reads sent during the install were served, want %d", during, readers)
+	}
+}
+
+// nestedTxn is a txn nested depth levels deep that puts key at its top
+// level, the innermost txn with a compare that holds.
+func nestedTxn(key string, depth int) *pb.TxnRequest {
+	r := &pb.TxnRequest{Compare: []*pb.Compare{{Key: []byte(key), Target: pb.Compare_VERSION, Result: pb.Compare_GREATER,
+		TargetUnion: &pb.Compare_Version{Version: -1}}}}
+	for i := 1; i < depth; i++ {
+		r = &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestTxn{RequestTxn: r}}}}
+	}
+	r.Success = append(r.Success, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(key), Value: []byte("deep")}}})
+	return r
+}
+
+// TestClusterDeepTxnAppliedEverywhere: a txn nested as deep as a member's
+// gRPC decoding accepts is applied on every member. Wrapped for raft it
+// is one level deeper than protobuf's default decoding limit, so a
+// follower that decoded entries with that limit skipped it while the
+// leader applied it from its proposer's copy (server/apply.go,
+// entryDecoding).
+func TestClusterDeepTxnAppliedEverywhere(t *testing.T) {
+	// The deepest txn that decodes as a client request.
+	depth := 0
+	for d := 4990; d < 5010; d++ {
+		b, err := proto.Marshal(nestedTxn("deep", d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if proto.Unmarshal(b, &pb.TxnRequest{}) != nil {
+			break
+		}
+		depth = d
+	}
+	if depth == 0 {
+		t.Fatal("no depth between 4990 and 5010 is protobuf's limit")
+	}
+	wrapped, err := proto.Marshal(&pb.InternalRaftRequest{Header: &pb.RequestHeader{ID: 1}, Txn: nestedTxn("deep", depth)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if proto.Unmarshal(wrapped, &pb.InternalRaftRequest{}) == nil {
+		t.Fatalf("a txn %d deep, wrapped, decodes with the default limit; the test no longer covers the case", depth)
+	}
+	// etcd's --max-txn-ops budget shrinks by each level's ops.
+	c := newTestCluster(t, 3, "--max-txn-ops", "20000")
+	lead := c.leader()
+	resp, err := lead.kv.Txn(ctxT(t), nestedTxn("deep", depth))
+	if err != nil {
+		t.Fatalf("a txn %d deep: %v", depth, err)
+	}
+	rev := resp.Header.Revision
+	poll.Until(t, "every member to apply the txn", func() bool {
+		for _, m := range c.members {
+			if m.s.kv.Rev() < rev {
+				return false
+			}
+		}
+		return true
+	})
+	var hashes []uint32
+	for _, m := range c.members {
+		if got := getValue(t, m, "deep", true); got != "deep" {
+			t.Fatalf("%s: deep = %q after the txn %d deep, want \"deep\"", m.name, got, depth)
+		}
+		h, err := m.maint.HashKV(ctxT(t), &pb.HashKVRequest{Revision: rev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hashes = append(hashes, h.Hash)
+	}
+	if hashes[0] != hashes[1] || hashes[1] != hashes[2] {
+		t.Fatalf("HashKV differs between members: %v", hashes)
 	}
 }

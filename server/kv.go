@@ -99,7 +99,10 @@ func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (appl
 }
 
 // proposeAs proposes req on behalf of the caller ai (nil: the server
-// itself), whose name and auth revision apply checks again.
+// itself), whose name and auth revision apply checks again. It sets
+// req.Header. Neither req nor anything it points to may change after the
+// call, even once it has returned: this member's apply goroutine may be
+// applying req itself (waitRegistry.local) after the caller gave up.
 func (s *Server) proposeAs(ctx context.Context, req *pb.InternalRaftRequest, ai *auth.AuthInfo) (applyResult, error) {
 	if err := s.checkQuota(req); err != nil {
 		return applyResult{}, err

@@ -56,8 +56,9 @@ func (w *waitRegistry) register(id uint64) <-chan applyResult {
 	return w.registerRequest(id, nil, nil)
 }
 
-// registerRequest is register for a proposal of req encoded as data; the
-// caller must not change either until its result arrives or it cancels.
+// registerRequest is register for a proposal of req encoded as data.
+// Neither may change afterwards, not even after cancel: local may have
+// handed req to the apply goroutine just before.
 func (w *waitRegistry) registerRequest(id uint64, req *pb.InternalRaftRequest, data []byte) <-chan applyResult {
 	ch := make(chan applyResult, 1)
 	s := w.shard(id)

@@ -7,6 +7,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -55,7 +56,10 @@ func DescribeEntry(e *raftpb.Entry) Request {
 		return Request{Kind: "empty", Summary: "leader's empty entry"}
 	}
 	var req pb.InternalRaftRequest
-	if err := proto.Unmarshal(e.GetData(), &req); err != nil {
+	// The server's limit for committed entries (server/apply.go): deeper
+	// than the default, which a request at gRPC's limit plus its
+	// wrapper exceeds.
+	if err := (proto.UnmarshalOptions{RecursionLimit: 2 * protowire.DefaultRecursionLimit}).Unmarshal(e.GetData(), &req); err != nil {
 		return Request{Kind: "unknown", Error: err.Error(), Summary: fmt.Sprintf("%d bytes", len(e.GetData()))}
 	}
 	r := describeRequest(&req)
