@@ -8,8 +8,6 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-db/strata/etcdsnap"
 	"github.com/strata-db/strata/membership"
@@ -75,7 +73,7 @@ func (a *applier) applyNormal(idx, term uint64, data []byte) {
 	// would give the same request (the bytes are compared), at a
 	// thousand-odd bytes of allocation and 3-4% of a member's CPU under
 	// puts. Followers, replays and abandoned proposals decode.
-	id, ok := requestID(data)
+	id, ok := schema.PeekRequestID(data)
 	req := (*pb.InternalRaftRequest)(nil)
 	if ok {
 		req = s.wait.local(id, data)
@@ -83,103 +81,17 @@ func (a *applier) applyNormal(idx, term uint64, data []byte) {
 	if req == nil {
 		a.decoded.Add(1)
 		req = new(pb.InternalRaftRequest)
-		if err := decodeRequest(data, req); err != nil {
+		if err := schema.DecodeRequest(data, req); err != nil {
 			s.lg.Error("cannot decode a committed entry; skipping it", "index", idx, "error", err)
 			s.kv.ApplyNoop(idx, term)
 			return
 		}
-		id = req.GetHeader().GetID()
-		if id == 0 {
-			id = req.ID
-		}
+		id = schema.RequestID(req)
 	}
 	start := time.Now()
 	r := a.dispatch(idx, term, req)
 	s.metrics.observeApply(applyOp(req), r.err, time.Since(start), s.cfg.WarningApplyDuration)
 	s.wait.trigger(id, r)
-}
-
-// entryDecoding decodes committed entries. Its nesting limit is above the
-// default one that gRPC decodes client requests with, so that whatever a
-// member accepted from a client, wrapped in an InternalRaftRequest (one
-// level more), decodes on every member: a txn nested to gRPC's limit
-// would otherwise be applied by its proposer from its own copy and
-// skipped as undecodable by the others.
-var entryDecoding = proto.UnmarshalOptions{RecursionLimit: 2 * protowire.DefaultRecursionLimit}
-
-// decodeRequest decodes a committed entry's request.
-func decodeRequest(data []byte, req *pb.InternalRaftRequest) error {
-	return entryDecoding.Unmarshal(data, req)
-}
-
-// requestID reads an encoded InternalRaftRequest's id without decoding
-// the rest: the header's ID (field 100, RequestHeader field 1), or the
-// old top-level ID (field 1) when the header has none, as applyNormal
-// takes it from a decoded request. ok is false for bytes that do not
-// parse as a protobuf message.
-func requestID(data []byte) (id uint64, ok bool) {
-	var legacy, header uint64
-	for len(data) > 0 {
-		num, typ, n := protowire.ConsumeTag(data)
-		if n < 0 {
-			return 0, false
-		}
-		data = data[n:]
-		switch {
-		case num == 1 && typ == protowire.VarintType:
-			v, m := protowire.ConsumeVarint(data)
-			if m < 0 {
-				return 0, false
-			}
-			legacy, n = v, m
-		case num == 100 && typ == protowire.BytesType:
-			b, m := protowire.ConsumeBytes(data)
-			if m < 0 {
-				return 0, false
-			}
-			h, set, hok := headerID(b)
-			if !hok {
-				return 0, false
-			}
-			if set { // occurrences merge when decoded
-				header = h
-			}
-			n = m
-		default:
-			n = protowire.ConsumeFieldValue(num, typ, data)
-			if n < 0 {
-				return 0, false
-			}
-		}
-		data = data[n:]
-	}
-	if header != 0 {
-		return header, true
-	}
-	return legacy, true
-}
-
-// headerID reads field 1 (ID) of an encoded RequestHeader, and whether
-// it is there; a repeated field's last value wins, as in decoding.
-func headerID(b []byte) (id uint64, set, ok bool) {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return 0, false, false
-		}
-		b = b[n:]
-		if num == 1 && typ == protowire.VarintType {
-			v, m := protowire.ConsumeVarint(b)
-			if m < 0 {
-				return 0, false, false
-			}
-			id, set, n = v, true, m
-		} else if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-			return 0, false, false
-		}
-		b = b[n:]
-	}
-	return id, set, true
 }
 
 func (a *applier) dispatch(idx, term uint64, req *pb.InternalRaftRequest) applyResult {

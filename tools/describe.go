@@ -7,8 +7,9 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-db/strata/schema"
 )
 
 // Request is the decoded, human-readable form of one WAL entry.
@@ -56,17 +57,11 @@ func DescribeEntry(e *raftpb.Entry) Request {
 		return Request{Kind: "empty", Summary: "leader's empty entry"}
 	}
 	var req pb.InternalRaftRequest
-	// The server's limit for committed entries (server/apply.go): deeper
-	// than the default, which a request at gRPC's limit plus its
-	// wrapper exceeds.
-	if err := (proto.UnmarshalOptions{RecursionLimit: 2 * protowire.DefaultRecursionLimit}).Unmarshal(e.GetData(), &req); err != nil {
+	if err := schema.DecodeRequest(e.GetData(), &req); err != nil {
 		return Request{Kind: "unknown", Error: err.Error(), Summary: fmt.Sprintf("%d bytes", len(e.GetData()))}
 	}
 	r := describeRequest(&req)
-	r.ID = req.GetID()
-	if h := req.GetHeader(); h != nil && r.ID == 0 {
-		r.ID = h.GetID()
-	}
+	r.ID = schema.RequestID(&req)
 	return r
 }
 
