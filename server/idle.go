@@ -7,8 +7,12 @@ import (
 )
 
 // defaultIdleTrimInterval is how long a member must go without a client
-// request or a page-store commit to count as idle.
-const defaultIdleTrimInterval = time.Second
+// request or a page-store commit to count as idle. A quarter of a second:
+// a member gives its memory back within half a second of a burst's end,
+// before the next burst (a benchmark's or a client's next batch) usually
+// starts; worthTrimming keeps a trickle of requests, idle this long every
+// few seconds, from paying a collection each time.
+const defaultIdleTrimInterval = 250 * time.Millisecond
 
 // runIdleTrim gives memory back once a burst of work is over: after a
 // whole interval with no unary client request and no page-store commit
@@ -44,16 +48,18 @@ func (s *Server) runIdleTrim() {
 			continue
 		}
 		busy = false
-		live, garbage := heapLiveAndGarbage()
+		hs := readHeapStats()
 		kept := uint64(s.be.DB().KeptBytes())
-		if !s.idleTrimAlways && !worthTrimming(live, garbage, kept) {
+		if !s.idleTrimAlways && !worthTrimming(hs.live, hs.garbage+hs.free, kept) {
+			s.lg.Debug("idle: not worth giving memory back", "heap-live", hs.live, "garbage", hs.garbage,
+				"heap-free", hs.free, "writer-buffers", kept)
 			continue
 		}
 		start := time.Now()
 		s.be.DB().TrimMemory()
 		debug.FreeOSMemory()
 		s.lg.Debug("idle: gave memory back to the operating system", "took", time.Since(start),
-			"heap-live", live, "garbage", garbage, "writer-buffers", kept)
+			"heap-live", hs.live, "garbage", hs.garbage, "heap-free", hs.free, "writer-buffers", kept)
 		if s.idleTrimmed != nil {
 			s.idleTrimmed()
 		}
@@ -61,27 +67,38 @@ func (s *Server) runIdleTrim() {
 }
 
 // worthTrimming decides whether an idle trim pays: the forced collection
-// costs time in proportion to the live heap, so what it frees (the
-// garbage and the writer's kept buffers) must be at least a quarter of
-// the live heap, and at least 4 MiB. A member under a steady trickle of
+// costs time in proportion to the live heap, so what it gives back
+// (reclaimable: the garbage, and the free heap the runtime has not yet
+// returned; kept: the writer's buffers) must be at least a quarter of the
+// live heap, and at least 4 MiB. The free heap counts because a
+// collection that ran on its own near a burst's end leaves next to no
+// garbage but its freed spans still resident (15 MiB of them after
+// compare.sh's watch run), and the trim returns them. A member under a steady trickle of
 // requests (a Kubernetes control plane's leases) goes idle every few
 // seconds; without this bound it would run a full collection of a large
 // heap each time to free next to nothing.
-func worthTrimming(live, garbage, kept uint64) bool {
-	return garbage+kept >= max(live/4, 4<<20)
+func worthTrimming(live, reclaimable, kept uint64) bool {
+	return reclaimable+kept >= max(live/4, 4<<20)
 }
 
-// heapLiveAndGarbage reads the heap live at the last collection and the
-// bytes of heap objects allocated since that are not yet collected.
-func heapLiveAndGarbage() (live, garbage uint64) {
-	samples := []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}
+// heapStats is what an idle trim weighs: the heap live at the last
+// collection, the bytes of heap objects allocated since that are not yet
+// collected, and the free heap still resident (freed spans the runtime
+// has not yet returned to the operating system).
+type heapStats struct{ live, garbage, free uint64 }
+
+func readHeapStats() heapStats {
+	samples := []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/memory/classes/heap/free:bytes"}}
 	rtmetrics.Read(samples)
-	if samples[0].Value.Kind() != rtmetrics.KindUint64 || samples[1].Value.Kind() != rtmetrics.KindUint64 {
-		return 0, 1 << 62 // unknown: trim
+	for _, s := range samples {
+		if s.Value.Kind() != rtmetrics.KindUint64 {
+			return heapStats{garbage: 1 << 62} // unknown: trim
+		}
 	}
-	live, objects := samples[0].Value.Uint64(), samples[1].Value.Uint64()
-	if objects > live {
-		garbage = objects - live
+	hs := heapStats{live: samples[0].Value.Uint64(), free: samples[2].Value.Uint64()}
+	if objects := samples[1].Value.Uint64(); objects > hs.live {
+		hs.garbage = objects - hs.live
 	}
-	return live, garbage
+	return hs
 }

@@ -37,27 +37,28 @@ func TestIdleTrimAfterBurst(t *testing.T) {
 	}
 }
 
-// TestWorthTrimming: an idle trim runs only when what it frees is at
-// least a quarter of the live heap and at least 4 MiB.
+// TestWorthTrimming: an idle trim runs only when what it gives back
+// (garbage, resident free heap, writer buffers) is at least a quarter of
+// the live heap and at least 4 MiB.
 func TestWorthTrimming(t *testing.T) {
 	const mib = 1 << 20
 	for _, c := range []struct {
-		live, garbage, kept uint64
-		want                bool
+		live, reclaimable, kept uint64
+		want                    bool
 	}{
 		{16 * mib, 20 * mib, 0, true},            // after a burst: the burst's garbage
+		{16 * mib, 13 * mib, 0, true},            // after a burst that ended with a collection: its freed spans
 		{16 * mib, 0, 32 * mib, true},            // right after a collection: the writer's buffers
 		{16 * mib, 3 * mib, 0, false},            // too little to bother
 		{16 * mib, 3 * mib, 1 * mib, true},       // 4 MiB in all
 		{4096 * mib, 200 * mib, 32 * mib, false}, // a large heap under a trickle of requests
 		{4096 * mib, 1100 * mib, 0, true},
 	} {
-		if got := worthTrimming(c.live, c.garbage, c.kept); got != c.want {
-			t.Errorf("live %d MiB, garbage %d MiB, kept %d MiB: %v, want %v", c.live/mib, c.garbage/mib, c.kept/mib, got, c.want)
+		if got := worthTrimming(c.live, c.reclaimable, c.kept); got != c.want {
+			t.Errorf("live %d MiB, reclaimable %d MiB, kept %d MiB: %v, want %v", c.live/mib, c.reclaimable/mib, c.kept/mib, got, c.want)
 		}
 	}
-	live, garbage := heapLiveAndGarbage()
-	if live == 0 || garbage >= 1<<62 {
-		t.Fatalf("runtime metrics unreadable: live %d, garbage %d", live, garbage)
+	if hs := readHeapStats(); hs.live == 0 || hs.garbage >= 1<<62 {
+		t.Fatalf("runtime metrics unreadable: %+v", hs)
 	}
 }
