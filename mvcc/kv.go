@@ -225,7 +225,7 @@ func (s *Store) Put(ci, term uint64, p *pb.PutRequest) (*pb.PutResponse, error) 
 	if err != nil {
 		return nil, err
 	}
-	return putOp(t, p, prev), nil
+	return putOp(t, p, prev, &pb.PutResponse{Header: &pb.ResponseHeader{}}), nil
 }
 
 // skip records that entry ci was applied with no effect.
@@ -254,8 +254,8 @@ func prevKV(t rangeReader, p *pb.PutRequest) (*rangeResult, error) {
 	return rr, nil
 }
 
-func putOp(t *txnWrite, p *pb.PutRequest, prev *rangeResult) *pb.PutResponse {
-	resp := &pb.PutResponse{Header: &pb.ResponseHeader{}}
+// putOp applies p and fills resp, whose Header is set.
+func putOp(t *txnWrite, p *pb.PutRequest, prev *rangeResult, resp *pb.PutResponse) *pb.PutResponse {
 	val, lease := p.Value, p.Lease
 	if p.IgnoreValue {
 		val = prev.kvs[0].Value
@@ -476,19 +476,61 @@ func (s *Store) checkTxnPath(v rangeReader, r *pb.TxnRequest, path []bool) (int,
 	return n, nil
 }
 
+// txnShell is a txn response with room for one op, allocated at once.
+type txnShell struct {
+	resp pb.TxnResponse
+	hdr  pb.ResponseHeader
+	ops  [1]*pb.ResponseOp
+}
+
+// putShell is one put's response inside a txn response, allocated with
+// the txn's other puts: the five objects of a put's answer, wired up.
+type putShell struct {
+	op  pb.ResponseOp
+	w   pb.ResponseOp_ResponsePut
+	res pb.PutResponse
+	hdr pb.ResponseHeader
+}
+
+// newTxnResp builds the response of the branches path chooses, with the
+// responses of its puts ready to fill (putOp). Its objects are allocated
+// a txn and its puts at a time: a txn-put's answer is two allocations,
+// not seven.
 func newTxnResp(r *pb.TxnRequest, path []bool) (*pb.TxnResponse, int) {
 	ops := r.Success
 	if !path[0] {
 		ops = r.Failure
 	}
-	resp := &pb.TxnResponse{Succeeded: path[0], Header: &pb.ResponseHeader{}, Responses: make([]*pb.ResponseOp, len(ops))}
+	var resp *pb.TxnResponse
+	if len(ops) == 1 {
+		sh := &txnShell{}
+		resp, sh.resp.Header, sh.resp.Responses = &sh.resp, &sh.hdr, sh.ops[:]
+	} else {
+		resp = &pb.TxnResponse{Header: &pb.ResponseHeader{}, Responses: make([]*pb.ResponseOp, len(ops))}
+	}
+	resp.Succeeded = path[0]
+	nPuts := 0
+	for _, op := range ops {
+		if op.GetRequestPut() != nil {
+			nPuts++
+		}
+	}
+	var puts []putShell
+	if nPuts > 0 {
+		puts = make([]putShell, nPuts)
+	}
 	n := 0
 	for i, op := range ops {
 		switch {
 		case op.GetRequestRange() != nil:
 			resp.Responses[i] = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{}}
 		case op.GetRequestPut() != nil:
-			resp.Responses[i] = &pb.ResponseOp{Response: &pb.ResponseOp_ResponsePut{}}
+			ps := &puts[0]
+			puts = puts[1:]
+			ps.res.Header = &ps.hdr
+			ps.w.ResponsePut = &ps.res
+			ps.op.Response = &ps.w
+			resp.Responses[i] = &ps.op
 		case op.GetRequestDeleteRange() != nil:
 			resp.Responses[i] = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseDeleteRange{}}
 		case op.GetRequestTxn() != nil:
@@ -526,7 +568,7 @@ func (s *Store) executeTxn(v rangeReader, r *pb.TxnRequest, path []bool, resp *p
 			if err != nil {
 				return 0, fmt.Errorf("txn put: %w", err)
 			}
-			resp.Responses[i].Response.(*pb.ResponseOp_ResponsePut).ResponsePut = putOp(t, p, prev)
+			putOp(t, p, prev, resp.Responses[i].Response.(*pb.ResponseOp_ResponsePut).ResponsePut)
 		case op.GetRequestDeleteRange() != nil:
 			dr, err := deleteOp(t, op.GetRequestDeleteRange())
 			if err != nil {

@@ -133,12 +133,16 @@ type txnWrite struct {
 	beginRev int64
 	changes  []*mvccpb.KeyValue
 	events   []Event
+	// The first change and event live here: most writes make one.
+	changes1 [1]*mvccpb.KeyValue
+	events1  [1]Event
 }
 
 func (s *Store) beginWrite() *txnWrite {
 	rev := s.rev.Load()
 	t := &txnWrite{beginRev: rev}
 	t.view = view{s: s, rev: rev, w: s.be.BeginWrite()}
+	t.changes, t.events = t.changes1[:0], t.events1[:0]
 	return t
 }
 

@@ -50,11 +50,15 @@ func (s *Server) indexWaiter(index uint64) <-chan struct{} {
 	return ch
 }
 
+// noAuthInfo is the empty identity, shared by every call; nothing
+// changes an AuthInfo once made.
+var noAuthInfo = &auth.AuthInfo{}
+
 // authInfo identifies the caller of an RPC; with auth disabled it is the
 // empty identity, which every check lets through.
 func (s *Server) authInfo(ctx context.Context) (*auth.AuthInfo, error) {
 	if !s.auth.IsAuthEnabled() {
-		return &auth.AuthInfo{}, nil
+		return noAuthInfo, nil
 	}
 	ai, err := s.auth.AuthInfoFromContext(ctx, s.cfg.ClientSecurity.ClientCertAuth)
 	if err != nil {

@@ -226,24 +226,31 @@ func (d *diskFull) raisedFor(member uint64) bool {
 }
 
 // admit reserves room for req in the backlog bound and returns the
-// function that gives it back once the proposal is answered. It refuses
-// with errNoSpace a write that would take the writes waiting for a
-// page-store commit past --backend-backlog-bytes.
-func (d *diskFull) admit(req *pb.InternalRaftRequest) (release func(), err error) {
-	cost := int64(requestCost(req))
+// reservation, which release gives back once the proposal is answered.
+// It refuses with errNoSpace a write that would take the writes waiting
+// for a page-store commit past --backend-backlog-bytes.
+func (d *diskFull) admit(req *pb.InternalRaftRequest) (cost int64, err error) {
+	cost = int64(requestCost(req))
 	if cost == 0 {
-		return func() {}, nil
+		return 0, nil
 	}
 	pending := d.s.be.PendingBytes()
 	for {
 		in := d.inflight.Load()
 		if pending+in+cost > d.limit {
 			d.refuse(pending, in)
-			return nil, errNoSpace
+			return 0, errNoSpace
 		}
 		if d.inflight.CompareAndSwap(in, in+cost) {
-			return func() { d.inflight.Add(-cost) }, nil
+			return cost, nil
 		}
+	}
+}
+
+// release gives back a reservation admit made.
+func (d *diskFull) release(cost int64) {
+	if cost != 0 {
+		d.inflight.Add(-cost)
 	}
 }
 

@@ -107,11 +107,11 @@ func (s *Server) proposeAs(ctx context.Context, req *pb.InternalRaftRequest, ai 
 	if err := s.checkQuota(req); err != nil {
 		return applyResult{}, err
 	}
-	release, err := s.diskFull.admit(req)
+	cost, err := s.diskFull.admit(req)
 	if err != nil {
 		return applyResult{}, err
 	}
-	defer release()
+	defer s.diskFull.release(cost)
 	// etcd_server_request_duration_seconds: from here to the result. As
 	// in etcd, success means the request was proposed; a proposal that
 	// times out, or whose apply fails, still counts as a success.
