@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"strconv"
 	"sync"
 	"time"
 
@@ -331,8 +330,7 @@ func (s *Server) rangeReadAs(ctx context.Context, r *pb.RangeRequest, read func(
 	s.lockForRead()
 	resp, err = read(r)
 	s.restoreMu.RUnlock()
-	// etcd truncates to whole microseconds.
-	s.metrics.rangeDuration.WithLabelValues(strconv.FormatBool(err == nil)).Observe(float64(time.Since(rstart).Microseconds()) / 1e6)
+	s.metrics.observeRange(err == nil, time.Since(rstart))
 	return resp, err
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -59,6 +60,13 @@ type metrics struct {
 	// rangeDuration: the store's range of a Range request (after any
 	// linearizable wait), by success.
 	rangeDuration *prometheus.HistogramVec
+	// reqSeries and rangeSeries cache the series of requestDuration (for
+	// hotRequestTypes) and rangeDuration, by success (index 1: true),
+	// each made on its first use: a request does not hash its labels
+	// and take the vector's lock (1-1.5% of a member's CPU under txn-puts
+	// or 1-key ranges). A series appears when first observed, as before.
+	reqSeries   [len(hotRequestTypes)][2]atomic.Pointer[prometheus.Observer]
+	rangeSeries [2]atomic.Pointer[prometheus.Observer]
 
 	backendCommit prometheus.Histogram
 	// The page store's commit phases, under etcd's bbolt names (see
@@ -182,10 +190,69 @@ func (m *metrics) observeApply(op string, err error, d, slow time.Duration) {
 	}
 }
 
+// hotRequestTypes are the request types whose request_duration series
+// are cached (metrics.reqSeries).
+var hotRequestTypes = [...]string{"Range", "Put", "Txn", "DeleteRange", "ReadonlyTxn"}
+
+func hotRequestType(typ string) int {
+	switch typ {
+	case "Range":
+		return 0
+	case "Put":
+		return 1
+	case "Txn":
+		return 2
+	case "DeleteRange":
+		return 3
+	case "ReadonlyTxn":
+		return 4
+	}
+	return -1
+}
+
+// cachedSeries returns the series p holds, or vec's series for labels,
+// which it then keeps in p.
+func cachedSeries(p *atomic.Pointer[prometheus.Observer], vec *prometheus.HistogramVec, labels ...string) prometheus.Observer {
+	if o := p.Load(); o != nil {
+		return *o
+	}
+	o := vec.WithLabelValues(labels...)
+	p.Store(&o)
+	return o
+}
+
+func successIndex(ok bool) int {
+	if ok {
+		return 1
+	}
+	return 0
+}
+
 // observeRequest records a request's latency by type (etcd's
 // request_duration_seconds).
 func (m *metrics) observeRequest(typ string, ok bool, d time.Duration) {
-	m.requestDuration.WithLabelValues(typ, strconv.FormatBool(ok)).Observe(d.Seconds())
+	i := hotRequestType(typ)
+	if i < 0 {
+		m.requestDuration.WithLabelValues(typ, strconv.FormatBool(ok)).Observe(d.Seconds())
+		return
+	}
+	p := &m.reqSeries[i][successIndex(ok)]
+	if o := p.Load(); o != nil {
+		(*o).Observe(d.Seconds())
+		return
+	}
+	cachedSeries(p, m.requestDuration, typ, strconv.FormatBool(ok)).Observe(d.Seconds())
+}
+
+// observeRange records the store's part of a Range request (etcd's
+// range_duration_seconds), truncated to whole microseconds as etcd does.
+func (m *metrics) observeRange(ok bool, d time.Duration) {
+	p := &m.rangeSeries[successIndex(ok)]
+	if o := p.Load(); o != nil {
+		(*o).Observe(float64(d.Microseconds()) / 1e6)
+		return
+	}
+	cachedSeries(p, m.rangeDuration, strconv.FormatBool(ok)).Observe(float64(d.Microseconds()) / 1e6)
 }
 
 // requestType is etcd's name for a raft request's type.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -44,6 +45,15 @@ type grpcMetrics struct {
 	// methods caches each method's counters, so a call does not hash its
 	// labels; keyed by full method name. Entries are never removed.
 	methods sync.Map // string -> *methodMetrics
+	// byVersion caches, for unary calls (0) and streams (1), the
+	// client_requests_total series of the client API version last seen:
+	// clients of one version, the usual case, do not hash their labels.
+	byVersion [2]atomic.Pointer[versionSeries]
+}
+
+type versionSeries struct {
+	ver string
+	c   prometheus.Counter
 }
 
 // methodMetrics are one method's series.
@@ -174,7 +184,17 @@ func (g *grpcMetrics) countClient(ctx context.Context, typ string) error {
 	if !utf8.ValidString(ver) {
 		return rpctypes.ErrGRPCInvalidClientAPIVersion
 	}
-	g.clientRequests.WithLabelValues(typ, ver).Inc()
+	i := 0
+	if typ != "unary" {
+		i = 1
+	}
+	if vs := g.byVersion[i].Load(); vs != nil && vs.ver == ver {
+		vs.c.Inc()
+		return nil
+	}
+	vs := &versionSeries{ver: ver, c: g.clientRequests.WithLabelValues(typ, ver)}
+	g.byVersion[i].Store(vs)
+	vs.c.Inc()
 	return nil
 }
 

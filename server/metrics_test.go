@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -9,6 +10,9 @@ import (
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -102,5 +106,88 @@ func TestClientPayloadBytes(t *testing.T) {
 	}
 	if got := metricValue(t, after, sentName) - metricValue(t, before, sentName); got != float64(wantSent) {
 		t.Errorf("%s moved by %v, want %d (the Put and Range responses' sizes)", sentName, got, wantSent)
+	}
+}
+
+// TestRequestDurationSeries: the cached series of request_duration and
+// range_duration count each request once under its own type and success.
+func TestRequestDurationSeries(t *testing.T) {
+	m := startMember(t, filepath.Join(t.TempDir(), "d"))
+	defer m.stop(t)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		if _, err := m.kv.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put := &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("t"), Value: []byte("v")}}}
+	for i := 0; i < 2; i++ {
+		if _, err := m.kv.Txn(ctx, &pb.TxnRequest{Success: []*pb.RequestOp{put}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 4; i++ {
+		if _, err := m.kv.Range(ctx, &pb.RangeRequest{Key: []byte("k"), Serializable: i%2 == 0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := m.kv.Range(ctx, &pb.RangeRequest{Key: []byte("k"), Revision: 1 << 40}); err == nil {
+		t.Fatal("a range at a future revision succeeded")
+	}
+	res, err := http.Get(m.client + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	for name, want := range map[string]float64{
+		`etcd_server_request_duration_seconds_count{success="true",type="Put"}`:    3,
+		`etcd_server_request_duration_seconds_count{success="true",type="Txn"}`:    2,
+		`etcd_server_request_duration_seconds_count{success="true",type="Range"}`:  4,
+		`etcd_server_request_duration_seconds_count{success="false",type="Range"}`: 1,
+		`etcd_server_range_duration_seconds_count{success="true"}`:                 4,
+		`etcd_server_range_duration_seconds_count{success="false"}`:                1,
+	} {
+		if got := metricValue(t, string(body), name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	if strings.Contains(string(body), `type="Put",success="false"`) || strings.Contains(string(body), `success="false",type="Put"`) {
+		t.Error("a Put series with success=false exists although no put failed")
+	}
+}
+
+// TestClientRequestsByVersion: etcd_server_client_requests_total counts
+// each gRPC call under the client API version it declares, also when
+// clients of two versions alternate (the interceptor caches the series
+// of the version last seen).
+func TestClientRequestsByVersion(t *testing.T) {
+	m := startMember(t, filepath.Join(t.TempDir(), "d"))
+	defer m.stop(t)
+	conn, err := grpc.NewClient(strings.TrimPrefix(m.client, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	kv := pb.NewKVClient(conn)
+	calls := map[string]int{"3.7": 0, "3.5": 0}
+	for i, v := range []string{"3.7", "3.7", "3.5", "3.7", "3.5", "3.5", "3.5", "3.7"} {
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "client-api-version", v)
+		if _, err := kv.Range(ctx, &pb.RangeRequest{Key: []byte(fmt.Sprint(i)), Serializable: true}); err != nil {
+			t.Fatal(err)
+		}
+		calls[v]++
+	}
+	res, err := http.Get(m.client + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	for v, n := range calls {
+		name := fmt.Sprintf(`etcd_server_client_requests_total{client_api_version=%q,type="unary"}`, v)
+		if got := metricValue(t, string(body), name); got != float64(n) {
+			t.Errorf("%s = %v, want %d", name, got, n)
+		}
 	}
 }
