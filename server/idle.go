@@ -73,10 +73,12 @@ func (s *Server) runIdleTrim() {
 // live heap, and at least 4 MiB. The free heap counts because a
 // collection that ran on its own near a burst's end leaves next to no
 // garbage but its freed spans still resident (15 MiB of them after
-// compare.sh's watch run), and the trim returns them. A member under a steady trickle of
-// requests (a Kubernetes control plane's leases) goes idle every few
-// seconds; without this bound it would run a full collection of a large
-// heap each time to free next to nothing.
+// compare.sh's watch run), and the trim returns them. A member under a
+// steady trickle of requests (a Kubernetes control plane's leases) goes
+// idle every few seconds; without this bound it would run a full
+// collection of a large heap each time to free next to nothing. With it,
+// such a member trims at most about once per collection of its own: the
+// garbage and free heap must build up again first.
 func worthTrimming(live, reclaimable, kept uint64) bool {
 	return reclaimable+kept >= max(live/4, 4<<20)
 }
