@@ -51,7 +51,15 @@ LOADER=$PWD/bin/stratabench
 base=${STRATA_BENCH_DIR:-$(mktemp -d)}
 mkdir -p "$base"
 
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# ports N -> N distinct free ports, one per line (all bound at once, so
+# two calls in a row cannot hand out the same port twice)
+ports() {
+	python3 -c 'import socket, sys
+ss = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in ss:
+    s.bind(("127.0.0.1", 0))
+print("\n".join(str(s.getsockname()[1]) for s in ss))' "$1"
+}
 
 # start NAME BIN -> sets PIDS (one per member), EPS (client host:port per
 # member, in member order) and EP (all of them, comma-separated)
@@ -59,8 +67,10 @@ start() {
 	local name=$1 bin=$2 i initial="" tag=$RANDOM
 	local -a cps pps
 	PIDS=(); EPS=(); DIRS=()
+	local -a free
+	mapfile -t free < <(ports $((2 * NODES)))
 	for i in $(seq 1 "$NODES"); do
-		cps[i]=$(port); pps[i]=$(port)
+		cps[i]=${free[2 * i - 2]}; pps[i]=${free[2 * i - 1]}
 		initial+="${initial:+,}$name$i=http://127.0.0.1:${pps[i]}"
 	done
 	for i in $(seq 1 "$NODES"); do
@@ -75,8 +85,12 @@ start() {
 		DIRS+=("$dir")
 	done
 	EP=$(IFS=,; echo "${EPS[*]}")
+	local pid
 	for _ in $(seq 1 300); do
-		if "$CTL" --endpoints="$EP" endpoint health --cluster >/dev/null 2>&1; then return 0; fi
+		if "$CTL" --endpoints="$EP" --dial-timeout=1s --command-timeout=2s endpoint health --cluster >/dev/null 2>&1; then return 0; fi
+		for pid in "${PIDS[@]}"; do
+			kill -0 "$pid" 2>/dev/null || { echo "$name: a member exited while starting" >&2; break 2; }
+		done
 		sleep 0.1
 	done
 	echo "$name did not start" >&2; cat "$base/$name"*".$tag.log" >&2; exit 1
