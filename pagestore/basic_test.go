@@ -213,3 +213,76 @@ func TestWriterPoolsAreBounded(t *testing.T) {
 		t.Fatalf("a commit of %d chunks is kept as recent", len(db.arenas[0].list)+len(db.arenas[1].list))
 	}
 }
+
+// TestReaderBucketLookupPerCommit: readers share the directory entry of
+// the bucket they last opened (DB.lastBucket) only within one commit. A
+// reader of another commit, older or newer, sees its own commit's bucket:
+// its new root after a write, its absence after a delete, and the new
+// bucket of the same name created after that.
+func TestReaderBucketLookupPerCommit(t *testing.T) {
+	db := openT(t, tmpDB(t), &Options{NoSync: true})
+	set := func(v string) {
+		t.Helper()
+		if err := db.Update(func(tx *Tx) error {
+			b, err := tx.CreateBucketIfNotExists([]byte("k"))
+			if err != nil {
+				return err
+			}
+			return b.Put([]byte("a"), []byte(v))
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(tx *Tx) string {
+		t.Helper()
+		b, err := tx.Bucket([]byte("k"))
+		if errors.Is(err, ErrBucketNotFound) {
+			return "<none>"
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := b.Get([]byte("a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(v)
+	}
+	begin := func() *Tx {
+		t.Helper()
+		tx, err := db.Begin(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tx.Rollback() })
+		return tx
+	}
+	set("1")
+	old := begin() // opens the bucket only after newer readers did
+	if got := read(begin()); got != "1" {
+		t.Fatalf("first reader: %q", got)
+	}
+	set("2")
+	for i := 0; i < 3; i++ { // the first looks up, the others reuse
+		if got := read(begin()); got != "2" {
+			t.Fatalf("reader %d after the second write: %q, want 2", i, got)
+		}
+	}
+	if got := read(old); got != "1" {
+		t.Fatalf("a reader of the first commit opened the bucket late and read %q, want 1", got)
+	}
+	if got := read(begin()); got != "2" {
+		t.Fatalf("a reader after the old one: %q, want 2", got)
+	}
+	if err := db.Update(func(tx *Tx) error { return tx.DeleteBucket([]byte("k")) }); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(begin()); got != "<none>" {
+		t.Fatalf("after the bucket was deleted a reader found it: %q", got)
+	}
+	set("3")
+	if got := read(begin()); got != "3" {
+		t.Fatalf("the bucket created again: %q, want 3", got)
+	}
+	checkDB(t, db)
+}

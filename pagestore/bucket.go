@@ -33,7 +33,8 @@ func (h *leafHint) covers(key []byte) bool {
 	return h.n != nil && (h.lo == nil || bytes.Compare(key, h.lo) >= 0) && (h.hi == nil || bytes.Compare(key, h.hi) < 0)
 }
 
-// Name returns the bucket's name.
+// Name returns the bucket's name; the caller must not change it (readers
+// of one commit share it).
 func (b *Bucket) Name() []byte { return b.name }
 
 // Tx returns the bucket's transaction.

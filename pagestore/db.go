@@ -42,6 +42,13 @@ type DB struct {
 
 	meta atomic.Pointer[meta] // latest durable commit
 
+	// lastBucket is the directory entry a reader last looked up, with the
+	// commit it was read at: readers of one commit that open the same
+	// bucket (every read of the mvcc store opens its key bucket) skip the
+	// directory's descent. A commit's directory never changes, so an
+	// entry stays true for its txid.
+	lastBucket atomic.Pointer[dirEntry]
+
 	writeMu sync.Mutex
 	fl      *freelist // guarded by writeMu
 	// sizeMu guards fileSize and reserved and is held around every

@@ -134,6 +134,14 @@ func (tx *Tx) Bucket(name []byte) (*Bucket, error) {
 	if _, b := tx.opened(name); b != nil {
 		return b, nil
 	}
+	if !tx.writable {
+		if e := tx.db.lastBucket.Load(); e != nil && e.txid == tx.meta.txid && bytes.Equal(e.name, name) {
+			b := tx.newBucket()
+			*b = Bucket{tx: tx, name: e.name, id: e.id, root: e.root}
+			tx.buckets = append(tx.buckets, b)
+			return b, nil
+		}
+	}
 	v, flags, err := tx.root.get(name)
 	if err != nil {
 		return nil, err
@@ -148,7 +156,19 @@ func (tx *Tx) Bucket(name []byte) (*Bucket, error) {
 	b := tx.newBucket()
 	*b = Bucket{tx: tx, name: append([]byte(nil), name...), id: id, root: root}
 	tx.buckets = append(tx.buckets, b)
+	if !tx.writable {
+		tx.db.lastBucket.Store(&dirEntry{txid: tx.meta.txid, name: b.name, id: id, root: root})
+	}
 	return b, nil
+}
+
+// dirEntry is a bucket's directory entry as of commit txid (DB.lastBucket).
+// name is shared by the readers' Buckets and never changed.
+type dirEntry struct {
+	txid uint64
+	name []byte
+	id   uint32
+	root pgid
 }
 
 // CreateBucket creates a bucket; ErrBucketExists if it is there already.
