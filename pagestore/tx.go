@@ -134,12 +134,23 @@ func (tx *Tx) Bucket(name []byte) (*Bucket, error) {
 	if _, b := tx.opened(name); b != nil {
 		return b, nil
 	}
+	e, err := tx.lookupBucket(name)
+	if err != nil {
+		return nil, err
+	}
+	b := tx.newBucket()
+	*b = Bucket{tx: tx, name: e.name, id: e.id, root: e.root}
+	tx.buckets = append(tx.buckets, b)
+	return b, nil
+}
+
+// lookupBucket reads name's entry in this tx's directory. A reader takes
+// it from DB.lastBucket when the last reader to look one up saw the same
+// commit and name, and leaves its own there otherwise.
+func (tx *Tx) lookupBucket(name []byte) (*dirEntry, error) {
 	if !tx.writable {
 		if e := tx.db.lastBucket.Load(); e != nil && e.txid == tx.meta.txid && bytes.Equal(e.name, name) {
-			b := tx.newBucket()
-			*b = Bucket{tx: tx, name: e.name, id: e.id, root: e.root}
-			tx.buckets = append(tx.buckets, b)
-			return b, nil
+			return e, nil
 		}
 	}
 	v, flags, err := tx.root.get(name)
@@ -153,13 +164,11 @@ func (tx *Tx) Bucket(name []byte) (*Bucket, error) {
 	if !ok || flags&elemFlagBucket == 0 {
 		return nil, corruptf(tx.db.path, "directory entry %q is not a bucket header", name)
 	}
-	b := tx.newBucket()
-	*b = Bucket{tx: tx, name: append([]byte(nil), name...), id: id, root: root}
-	tx.buckets = append(tx.buckets, b)
+	e := &dirEntry{txid: tx.meta.txid, name: append([]byte(nil), name...), id: id, root: root}
 	if !tx.writable {
-		tx.db.lastBucket.Store(&dirEntry{txid: tx.meta.txid, name: b.name, id: id, root: root})
+		tx.db.lastBucket.Store(e)
 	}
-	return b, nil
+	return e, nil
 }
 
 // dirEntry is a bucket's directory entry as of commit txid (DB.lastBucket).
