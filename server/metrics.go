@@ -195,30 +195,20 @@ func (m *metrics) observeApply(op string, err error, d, slow time.Duration) {
 var hotRequestTypes = [...]string{"Range", "Put", "Txn", "DeleteRange", "ReadonlyTxn"}
 
 func hotRequestType(typ string) int {
-	switch typ {
-	case "Range":
-		return 0
-	case "Put":
-		return 1
-	case "Txn":
-		return 2
-	case "DeleteRange":
-		return 3
-	case "ReadonlyTxn":
-		return 4
+	for i, h := range hotRequestTypes {
+		if typ == h {
+			return i
+		}
 	}
 	return -1
 }
 
-// cachedSeries returns the series p holds, or vec's series for labels,
-// which it then keeps in p.
-func cachedSeries(p *atomic.Pointer[prometheus.Observer], vec *prometheus.HistogramVec, labels ...string) prometheus.Observer {
-	if o := p.Load(); o != nil {
-		return *o
-	}
-	o := vec.WithLabelValues(labels...)
+// keepSeries keeps o in p and returns it. The callers load p first and
+// call this only when it is empty: building o's labels costs what the
+// cache saves.
+func keepSeries(p *atomic.Pointer[prometheus.Observer], o prometheus.Observer) *prometheus.Observer {
 	p.Store(&o)
-	return o
+	return &o
 }
 
 func successIndex(ok bool) int {
@@ -237,22 +227,22 @@ func (m *metrics) observeRequest(typ string, ok bool, d time.Duration) {
 		return
 	}
 	p := &m.reqSeries[i][successIndex(ok)]
-	if o := p.Load(); o != nil {
-		(*o).Observe(d.Seconds())
-		return
+	o := p.Load()
+	if o == nil {
+		o = keepSeries(p, m.requestDuration.WithLabelValues(typ, strconv.FormatBool(ok)))
 	}
-	cachedSeries(p, m.requestDuration, typ, strconv.FormatBool(ok)).Observe(d.Seconds())
+	(*o).Observe(d.Seconds())
 }
 
 // observeRange records the store's part of a Range request (etcd's
 // range_duration_seconds), truncated to whole microseconds as etcd does.
 func (m *metrics) observeRange(ok bool, d time.Duration) {
 	p := &m.rangeSeries[successIndex(ok)]
-	if o := p.Load(); o != nil {
-		(*o).Observe(float64(d.Microseconds()) / 1e6)
-		return
+	o := p.Load()
+	if o == nil {
+		o = keepSeries(p, m.rangeDuration.WithLabelValues(strconv.FormatBool(ok)))
 	}
-	cachedSeries(p, m.rangeDuration, strconv.FormatBool(ok)).Observe(float64(d.Microseconds()) / 1e6)
+	(*o).Observe(float64(d.Microseconds()) / 1e6)
 }
 
 // requestType is etcd's name for a raft request's type.
