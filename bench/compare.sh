@@ -116,16 +116,42 @@ put() {
 		--total="$4" --val-size=256 2>/dev/null | awk '/Requests\/sec/ {print $2}'
 }
 
-# rangel EP CONNS CLIENTS TOTAL -> prints req/s of linearizable ranges of
-# one existing key
-rangel() {
-	"$CTL" --endpoints="$1" put bench-range-key "$(head -c 256 /dev/zero | tr '\0' v)" >/dev/null
-	"$BENCH" --endpoints="$1" --conns="$2" --clients="$3" range bench-range-key --consistency=l \
-		--total="$4" 2>/dev/null | awk '/Requests\/sec/ {print $2}'
-}
-
 # bench ARGS... -> prints req/s from etcd's benchmark
 bench() { "$BENCH" "$@" 2>/dev/null | awk '/Requests\/sec/ {print $2}'; }
+
+# ticks -> CPU time (user + system, clock ticks) the members have used
+ticks() {
+	local pid
+	for pid in "${PIDS[@]}"; do cat "/proc/$pid/stat"; done | awk '{t += $14 + $15} END {print t}'
+}
+
+# cpubench N ARGS... -> "req/s client-us members-us busy" for etcd's
+# benchmark given ARGS and N requests: the CPU time per request of the
+# benchmark process and of all members together (user + system), and
+# how busy the machine's CPUs were over the run (1.00: every CPU all the
+# time). With client and members on the same CPUs, a ratio of req/s can
+# only exceed the ratio of their CPU sums per request while CPUs idle.
+cpubench() {
+	local n=$1 t0 t1 out
+	shift
+	t0=$(ticks)
+	# `times` in this group reports the CPU of its children: the
+	# benchmark (and the awk that reads its output). The wall time is
+	# the whole process's, as its CPU time is (start-up included).
+	out=$({ date +%s.%N; "$BENCH" "$@" 2>/dev/null | awk '/Requests\/sec/ {print $2 + 0}'; date +%s.%N; times; } | tr '\n' ' ')
+	t1=$(ticks)
+	awk -v out="$out" -v n="$n" -v dt="$((t1 - t0))" -v hz="$HZ" -v ncpu="$NCPU" 'BEGIN {
+		split(out, f, " ")
+		# f[1] start, f[2] req/s, f[3] end, f[4..5] the CPU of this shell,
+		# f[6..7] that of its children ("0m1.234s")
+		c = 0
+		for (i = 6; i <= 7; i++) { split(f[i], m, "m"); sub("s", "", m[2]); c += m[1] * 60 + m[2] }
+		wall = f[3] - f[1]
+		busy = (wall > 0 ? (c + dt / hz) / (wall * ncpu) : 0)
+		printf "%s %.1f %.1f %.2f\n", f[2], c / n * 1e6, dt / hz / n * 1e6, busy }'
+}
+HZ=$(getconf CLK_TCK)
+NCPU=$(nproc)
 
 # p99 ARGS... -> prints the last "99% in" latency of etcd's benchmark, in ms
 p99() { "$BENCH" "$@" 2>/dev/null | awk '/^ *99% in/ {v=$3} END {print v*1000}'; }
@@ -166,8 +192,10 @@ if [[ $NODES == 1 ]]; then
 		[prefix10k]="range 10k prefix --limit 500, 100 cl" [watchp99]="watch p99 ms, 1000 watchers"
 		[rss]="RSS right after the run, MiB" [rss5]="RSS 5 s after the run, MiB" [datadir]="data dir after the run, MiB" [db]="db file, MiB")
 	lower=([watchp99]=1 [rss]=1 [rss5]=1 [datadir]=1 [db]=1)
+	cpuworkloads=(1000 txn100 rangel ranges prefix100 prefix10k)
 else
 	workloads=(1 1000 rangel)
+	cpuworkloads=(1000 rangel)
 	declare -A label=([1]="put, 1 client (leader)" [1000]="put, 1000 clients/100 conns" [rangel]="range -l, 1000 clients/100 conns")
 fi
 
@@ -193,21 +221,26 @@ for round in $(seq 1 "$ROUNDS"); do
 		results[$srv.rtt]+=$(awk -v r="$rt" 'BEGIN {print (r > 0 ? 1e6 / r : 0)}')" "
 		line=$(printf 'round %d %-6s  %s: %8.1f req/s (WAL fdatasync mean %4.0f us)' "$round" "$srv" "${label[1]}" "$r1" "$fs")
 		if [[ $NODES == 1 ]]; then
-			declare -A got=()
-			got[1000]=$(put "$EP" 100 1000 "$PUT1000")
-			got[txn100]=$(bench --endpoints="$EP" --conns=10 --clients=100 txn-put --key-size=8 \
+			declare -A got=() cpu=()
+			cpu[1000]=$(cpubench "$PUT1000" --endpoints="$EP" --conns=100 --clients=1000 put --key-size=8 \
+				--sequential-keys --total="$PUT1000" --val-size=256)
+			cpu[txn100]=$(cpubench "$TXN100" --endpoints="$EP" --conns=10 --clients=100 txn-put --key-size=8 \
 				--key-space-size=10000 --val-size=256 --total="$TXN100")
 			load "$EP" a100/ 100
 			load "$EP" b10k/ 10000
 			"$CTL" --endpoints="$EP" put bench-range-key "$(head -c 256 /dev/zero | tr '\0' v)" >/dev/null
-			got[rangel]=$(bench --endpoints="$EP" --conns=100 --clients=1000 range bench-range-key \
+			cpu[rangel]=$(cpubench "$TOTAL1000" --endpoints="$EP" --conns=100 --clients=1000 range bench-range-key \
 				--consistency=l --total="$TOTAL1000")
-			got[ranges]=$(bench --endpoints="$EP" --conns=100 --clients=1000 range bench-range-key \
+			cpu[ranges]=$(cpubench "$TOTAL1000" --endpoints="$EP" --conns=100 --clients=1000 range bench-range-key \
 				--consistency=s --total="$TOTAL1000")
-			got[prefix100]=$(bench --endpoints="$EP" --conns=10 --clients=100 range a100/ "$(prefix_end a100/)" \
+			cpu[prefix100]=$(cpubench "$PREFIX" --endpoints="$EP" --conns=10 --clients=100 range a100/ "$(prefix_end a100/)" \
 				--consistency=l --total="$PREFIX")
-			got[prefix10k]=$(bench --endpoints="$EP" --conns=10 --clients=100 range b10k/ "$(prefix_end b10k/)" \
+			cpu[prefix10k]=$(cpubench "$PREFIX10K" --endpoints="$EP" --conns=10 --clients=100 range b10k/ "$(prefix_end b10k/)" \
 				--consistency=l --limit=500 --total="$PREFIX10K")
+			for w in "${cpuworkloads[@]}"; do
+				got[$w]=${cpu[$w]%% *}
+				results[$srv.cpu.$w]+="$(tr ' ' , <<<"${cpu[$w]#* }") "
+			done
 			got[watchp99]=$(p99 --endpoints="$EP" --conns=10 --clients=10 watch-latency --streams=10 \
 				--watchers-per-stream=100 --put-rate="$WATCHRATE" --put-total="$WATCHPUTS" --val-size=256)
 			got[rss]=$(rss "${PIDS[0]}")
@@ -220,12 +253,18 @@ for round in $(seq 1 "$ROUNDS"); do
 				line+=$(printf '\n        %-38s %10.1f' "${label[$w]}" "${got[$w]}")
 			done
 		else
-			r=$(put "$EP" 100 1000 "$TOTAL1000")
-			results[$srv.1000]+="$r "
-			line+=$(printf '   %s: %8.1f' "${label[1000]}" "$r")
-			r=$(rangel "$EP" 100 1000 "$TOTAL1000")
-			results[$srv.rangel]+="$r "
-			line+=$(printf '   %s: %8.1f' "${label[rangel]}" "$r")
+			declare -A cpu=()
+			cpu[1000]=$(cpubench "$TOTAL1000" --endpoints="$EP" --conns=100 --clients=1000 put --key-size=8 \
+				--sequential-keys --total="$TOTAL1000" --val-size=256)
+			"$CTL" --endpoints="$EP" put bench-range-key "$(head -c 256 /dev/zero | tr '\0' v)" >/dev/null
+			cpu[rangel]=$(cpubench "$TOTAL1000" --endpoints="$EP" --conns=100 --clients=1000 range bench-range-key \
+				--consistency=l --total="$TOTAL1000")
+			for w in "${cpuworkloads[@]}"; do
+				r=${cpu[$w]%% *}
+				results[$srv.$w]+="$r "
+				results[$srv.cpu.$w]+="$(tr ' ' , <<<"${cpu[$w]#* }") "
+				line+=$(printf '   %s: %8.1f' "${label[$w]}" "$r")
+			done
 		fi
 		stop
 		echo "$line"
@@ -251,6 +290,25 @@ for w in "${workloads[@]}"; do
 		printf "%s (%.2f)", out, hi - lo }')
 	ratio=$(awk -v a="$s" -v b="$e" -v inv="$inv" 'BEGIN {if (inv) print (a > 0 ? b / a : 0); else print (b > 0 ? a / b : 0)}')
 	printf '%-40s %10.1f %10.1f %7.2fx   %s\n' "${label[$w]}" "$e" "$s" "$ratio" "$per"
+done
+
+# Where the CPU went: client and server share this machine's CPUs, so
+# when the run kept them busy, req/s is bounded by the CPU both sides
+# spend per request, and the best ratio strata can show is etcd's sum
+# over strata's ("CPU bound"). A measured ratio near the bound says that
+# the rest is the client's share, not a wait in the server.
+echo
+echo "CPU per request in us (median of the rounds; client: etcd's benchmark process, members: all members summed; busy: share of all $NCPU CPUs used over the run)"
+printf '%-40s %8s %8s %8s %8s %6s %6s %9s %9s\n' workload "etcd cl" "etcd mb" "str cl" "str mb" "busy e" "busy s" "CPU bound" measured
+for w in "${cpuworkloads[@]}"; do
+	col() { tr ' ' '\n' <<<"${results[$1.cpu.$w]}" | grep . | cut -d, -f"$2" | median; }
+	ec=$(col etcd 1); em=$(col etcd 2); eb=$(col etcd 3)
+	sc=$(col strata 1); sm=$(col strata 2); sb=$(col strata 3)
+	e=$(tr ' ' '\n' <<<"${results[etcd.$w]}" | grep . | median)
+	s=$(tr ' ' '\n' <<<"${results[strata.$w]}" | grep . | median)
+	awk -v l="${label[$w]}" -v ec="$ec" -v em="$em" -v sc="$sc" -v sm="$sm" -v eb="$eb" -v sb="$sb" -v e="$e" -v s="$s" 'BEGIN {
+		printf "%-40s %8.1f %8.1f %8.1f %8.1f %6.2f %6.2f %8.2fx %8.2fx\n", l, ec, em, sc, sm, eb, sb,
+			(sc + sm > 0 ? (ec + em) / (sc + sm) : 0), (e > 0 ? s / e : 0) }'
 done
 
 # The 1-client ceiling: a put must wait for one WAL fdatasync before it is
