@@ -185,6 +185,7 @@ func (f *grpcProxyFlags) check() error {
 }
 
 func (f *grpcProxyFlags) config(lg *slog.Logger) (grpcproxy.Config, error) {
+	profileMemory(f.enablePprof)
 	cfg := grpcproxy.Config{
 		Namespace: f.namespace, AutoSyncInterval: f.autoSync, ListenAddr: f.listenAddr, AdvertiseClientURL: f.advertiseClientURL,
 		ResolverPrefix: f.resolverPrefix, ResolverTTL: f.resolverTTL, EnablePprof: f.enablePprof,

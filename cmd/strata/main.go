@@ -46,6 +46,7 @@ func runMember(args []string, prepare func(*config.Config, *slog.Logger) (func(*
 		fmt.Fprintln(os.Stderr, err)
 		return config.ExitCode(err)
 	}
+	profileMemory(cfg.EnablePprof)
 	if cfg.PrintVersion {
 		fmt.Printf("etcd Version: %s\nStrata Version: %s\nGo Version: %s\nGo OS/Arch: %s/%s\n",
 			server.EtcdVersion, server.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
