@@ -24,6 +24,10 @@
 # connections (both spread over every member, as etcd's benchmark does
 # with several endpoints).
 #
+# After the ratios: for each workload that loads the CPUs, the CPU time
+# per request of etcd's benchmark process and of the members, and the
+# ratio those sums bound (client and servers share this machine's CPUs).
+#
 #   make bench-compare                 # builds what it needs, then runs
 #   make bench-compare NODES=3
 #   ROUNDS=5 TOTAL1=5000 bash bench/compare.sh
