@@ -27,7 +27,7 @@ import (
 func TestPprofHeapProfile(t *testing.T) {
 	target := os.Getenv("STRATA_E2E_TARGET")
 	if target == "" {
-		t.Skip("SKIP: set STRATA_E2E_TARGET to the strata binary (make build writes ../bin/strata)")
+		t.Fatal("set STRATA_E2E_TARGET to the strata binary (make build writes ../bin/strata)")
 	}
 	bin, err := filepath.Abs(target)
 	if err != nil {

@@ -16,10 +16,13 @@ import (
 // sampling off as its first step and back on (at the runtime's default
 // rate, from then on) when the flag is given. GODEBUG=memprofilerate=N
 // set by the operator is left as it is.
-var defaultMemProfileRate = runtime.MemProfileRate
+var (
+	defaultMemProfileRate = runtime.MemProfileRate
+	operatorMemProfile    = memProfileRateFromEnv()
+)
 
 func init() {
-	if !memProfileRateFromEnv() {
+	if !operatorMemProfile {
 		runtime.MemProfileRate = 0
 	}
 }
@@ -27,7 +30,7 @@ func init() {
 // profileMemory turns heap sampling back on for a process that serves
 // /debug/pprof.
 func profileMemory(enablePprof bool) {
-	if enablePprof && !memProfileRateFromEnv() {
+	if enablePprof && !operatorMemProfile {
 		runtime.MemProfileRate = defaultMemProfileRate
 	}
 }
