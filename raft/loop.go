@@ -25,6 +25,7 @@ const maxDrain = 4096
 func (n *Node) run() {
 	defer close(n.done)
 	defer close(n.applyc)
+	defer n.closeReads()
 	// A stopped node knows no leader; LeaderChanged waiters wake.
 	defer n.publishLeader(0)
 	tick := n.cfg.TickInterval
@@ -547,20 +548,48 @@ func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
 func (n *Node) ReadIndexBefore(ctx context.Context, deadline time.Time) (uint64, error) {
 	w := &readWaiter{done: make(chan struct{}), deadline: deadline}
 	n.readMu.Lock()
+	if n.readClosed {
+		n.readMu.Unlock()
+		return 0, n.stopErr()
+	}
+	// Only the first reader of a batch wakes the raft goroutine: it
+	// takes every reader waiting when it turns, and readers that arrive
+	// while a request is in flight wait for its answer, after which the
+	// raft goroutine looks again. A wake-up per reader cost a turn of its
+	// select for each linearizable read.
+	first := len(n.readWaiting) == 0
 	n.readWaiting = append(n.readWaiting, w)
 	n.readMu.Unlock()
-	select {
-	case n.readc <- struct{}{}:
-	default: // a wake-up is already pending
+	if first {
+		select {
+		case n.readc <- struct{}{}:
+		default: // a wake-up is already pending
+		}
 	}
+	// Not n.done: every reader registered is answered by the raft
+	// goroutine, at the latest when it exits (closeReads), and a channel
+	// that every reader waits on makes them all queue on its lock.
 	select {
 	case <-w.done:
 		return w.index, w.err
 	case <-ctx.Done():
 		return 0, ctx.Err()
-	case <-n.done:
-		return 0, n.stopErr()
 	}
+}
+
+// closeReads fails every reader still waiting or in flight when the raft
+// goroutine exits, and makes later ReadIndex calls fail at once.
+func (n *Node) closeReads() {
+	err := n.stopErr()
+	n.readMu.Lock()
+	n.readClosed = true
+	waiting := n.readWaiting
+	n.readWaiting = nil
+	n.readMu.Unlock()
+	for _, w := range waiting {
+		w.finish(0, err)
+	}
+	n.failReaders(err)
 }
 
 // startReads issues one raft ReadIndex for every reader waiting now,
@@ -593,8 +622,7 @@ func (n *Node) startReads() {
 		delete(n.readInflight, n.readSeq)
 		n.cfg.Metrics.readFailed()
 		for _, w := range batch {
-			w.err = ErrNoLeader
-			close(w.done)
+			w.finish(0, ErrNoLeader)
 		}
 	}
 }
@@ -608,8 +636,7 @@ func (n *Node) expireReads(now time.Time) {
 		if w.deadline.IsZero() || now.Before(w.deadline) {
 			return false
 		}
-		w.err = context.DeadlineExceeded
-		close(w.done)
+		w.finish(0, context.DeadlineExceeded)
 		return true
 	}
 	n.readMu.Lock()
@@ -669,8 +696,7 @@ func (n *Node) finishRead(rs etcdraft.ReadState) {
 	delete(n.readInflight, seq)
 	n.cfg.Metrics.readAnswered(time.Since(batch.sent))
 	for _, w := range batch.waiters {
-		w.index = rs.Index
-		close(w.done)
+		w.finish(rs.Index, nil)
 	}
 }
 
@@ -678,8 +704,7 @@ func (n *Node) failReaders(err error) {
 	for seq, batch := range n.readInflight {
 		n.cfg.Metrics.readFailed()
 		for _, w := range batch.waiters {
-			w.err = err
-			close(w.done)
+			w.finish(0, err)
 		}
 		delete(n.readInflight, seq)
 	}

@@ -164,6 +164,7 @@ type Node struct {
 	// raft goroutine moves them to readInflight (which it alone owns)
 	// when it issues their ReadIndex.
 	readMu       sync.Mutex
+	readClosed   bool // the raft goroutine has exited (closeReads)
 	readWaiting  []*readWaiter
 	readInflight map[uint64]readBatch
 	readSeq      uint64
@@ -235,6 +236,12 @@ type readWaiter struct {
 	// deadline, if set, is when the raft goroutine gives up on the read
 	// (expireReads) with context.DeadlineExceeded.
 	deadline time.Time
+}
+
+// finish answers the reader.
+func (w *readWaiter) finish(index uint64, err error) {
+	w.index, w.err = index, err
+	close(w.done)
 }
 
 // readBatch is the readers one raft ReadIndex request serves.

@@ -203,3 +203,48 @@ func TestReadIndexDeadline(t *testing.T) {
 		}
 	}
 }
+
+// TestReadersAnsweredOnStop: readers waiting for a ReadIndex, in flight
+// or queued behind it, are answered with ErrStopped when the node stops
+// (they no longer watch the node's done channel, which every reader
+// queued on), and a read asked after the stop fails at once.
+func TestReadersAnsweredOnStop(t *testing.T) {
+	c, lead, f := startWithFollower(t, 7)
+	sent := make(chan struct{}, 1)
+	c.Net.SetObserver(func(from uint64, m *raftpb.Message) {
+		if from == f.ID && m.GetType() == raftpb.MessageType_MsgReadIndex {
+			select {
+			case sent <- struct{}{}:
+			default:
+			}
+		}
+	})
+	defer c.Net.SetObserver(nil)
+	c.Net.Cut(f.ID, lead.ID)
+	c.Net.Cut(lead.ID, f.ID)
+	node := f.Node // Crash retires the member
+	errs := make(chan error, 2)
+	read := func() {
+		_, err := node.ReadIndex(context.Background())
+		errs <- err
+	}
+	go read()
+	<-sent // the first reader's request is in flight (and lost)
+	go read()
+	if err := c.Crash(f); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, raft.ErrStopped) {
+				t.Fatalf("reader of a stopped node: %v, want ErrStopped", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("a reader was not answered 20 s after its node stopped")
+		}
+	}
+	if _, err := node.ReadIndex(context.Background()); !errors.Is(err, raft.ErrStopped) {
+		t.Fatalf("ReadIndex after the stop: %v, want ErrStopped", err)
+	}
+}
