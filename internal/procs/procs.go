@@ -32,7 +32,16 @@
 //     few samples, or four times that in one sample, it moves back to all
 //     Ps, and doubles DownAfter (up to MaxDownAfter) so that a load that
 //     needs two CPUs now and then does not keep flipping; DownAfter
-//     returns to its start after ResetAfter on one P.
+//     returns to its start after ResetAfter on one P;
+//   - but only when a second P has room to run: the machine has UpIdle
+//     CPUs idle (/proc/stat), or UpSyscalls goroutines are in system
+//     calls (/sched/goroutines/not-in-go:goroutines, above its floor),
+//     which hold the one P until the runtime hands it over. On a machine
+//     whose CPUs other processes keep busy (members of one cluster and
+//     their clients on one host), more Ps only compete for the same CPUs
+//     and make every hand-off wake a thread: a 3-member cluster on two
+//     vCPUs served linearizable reads from 1000 clients with 12% less
+//     member CPU per read, and about 5% more reads per second, on one P.
 //
 // The thresholds come from the same VM, one P, etcd's benchmark putting
 // from N clients: the average number of goroutines waiting (median of
@@ -47,11 +56,13 @@
 package procs
 
 import (
+	"bytes"
 	"log/slog"
 	"math"
 	"os"
 	"runtime"
 	"runtime/metrics"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -65,6 +76,8 @@ const (
 	DefaultDownAfter    = 500 * time.Millisecond
 	DefaultMaxDownAfter = 16 * time.Second
 	DefaultResetAfter   = 30 * time.Second
+	DefaultUpIdle       = 0.5
+	DefaultUpSyscalls   = 0.5
 )
 
 // Options tunes a Governor; zero fields take the defaults.
@@ -75,6 +88,9 @@ type Options struct {
 	DownAfter    time.Duration
 	MaxDownAfter time.Duration
 	ResetAfter   time.Duration
+	// UpIdle and UpSyscalls gate the move back to all Ps (see Observe).
+	UpIdle     float64 // CPUs idle on the machine (smoothed)
+	UpSyscalls float64 // goroutines in system calls, on average (smoothed)
 }
 
 func (o Options) withDefaults() Options {
@@ -96,6 +112,12 @@ func (o Options) withDefaults() Options {
 	if o.ResetAfter <= 0 {
 		o.ResetAfter = DefaultResetAfter
 	}
+	if o.UpIdle <= 0 {
+		o.UpIdle = DefaultUpIdle
+	}
+	if o.UpSyscalls <= 0 {
+		o.UpSyscalls = DefaultUpSyscalls
+	}
 	return o
 }
 
@@ -104,6 +126,11 @@ type Sample struct {
 	D       time.Duration // the sample's length
 	CPUs    float64       // CPU time used / D
 	Waiting float64       // time goroutines spent runnable, not running / D
+	// Idle is the CPU time the whole machine left idle / D, known when
+	// HasIdle; Syscalls the goroutines in system calls when sampled.
+	Idle     float64
+	HasIdle  bool
+	Syscalls float64
 }
 
 // Policy is the governor's decision, apart from the clock and the
@@ -118,6 +145,8 @@ type Policy struct {
 	windowCPU float64       // on all Ps: CPU time (in D units) in it
 	oneFor    time.Duration // on one P: time since the move
 	waiting   float64       // on one P: Waiting, smoothed over the samples
+	idle      float64       // on one P: Idle, smoothed (while HasIdle)
+	syscalls  float64       // on one P: Syscalls, smoothed
 }
 
 // smoothing is the weight of a new sample in Policy.waiting: the runtime
@@ -139,13 +168,29 @@ func (p *Policy) DownAfter() time.Duration { return p.downAfter }
 
 // Observe records one sample and returns the number of Ps to run on from
 // now.
+//
+// On one P, goroutines waiting for it ask for more Ps, but more Ps only
+// help if there is a CPU to run them on, or if the one P is lost to
+// system calls (a WAL's fdatasync holds it until the runtime hands it
+// over). When every CPU of the machine is busy (a member sharing it with
+// other members or with its clients), a second P competes with those
+// processes for the same CPUs and adds the cost of waking threads to every
+// hand-off (see the package doc for the measurement). So the move back
+// needs, as well as the waiting goroutines, a machine with UpIdle CPUs idle or
+// UpSyscalls goroutines in system calls (both smoothed), or a machine
+// whose idle time is unknown.
 func (p *Policy) Observe(s Sample) int {
 	if p.max <= 1 {
 		return p.cur
 	}
 	if p.cur == 1 {
 		p.waiting = smoothing*s.Waiting + (1-smoothing)*p.waiting
-		if p.waiting > p.opts.UpWaiting || s.Waiting > 4*p.opts.UpWaiting {
+		p.syscalls = smoothing*s.Syscalls + (1-smoothing)*p.syscalls
+		if s.HasIdle {
+			p.idle = smoothing*s.Idle + (1-smoothing)*p.idle
+		}
+		room := !s.HasIdle || p.idle >= p.opts.UpIdle || p.syscalls >= p.opts.UpSyscalls
+		if room && (p.waiting > p.opts.UpWaiting || s.Waiting > 4*p.opts.UpWaiting) {
 			p.cur, p.window, p.windowCPU, p.waiting = p.max, 0, 0, 0
 			p.downAfter = min(2*p.downAfter, p.opts.MaxDownAfter)
 			return p.cur
@@ -162,7 +207,9 @@ func (p *Policy) Observe(s Sample) int {
 		return p.cur
 	}
 	if p.windowCPU/float64(p.window) < p.opts.DownCPU {
-		p.cur, p.oneFor, p.waiting = 1, 0, 0
+		// The smoothed figures start from nothing, so a move back up
+		// needs a few samples of room, as of waiting.
+		p.cur, p.oneFor, p.waiting, p.syscalls, p.idle = 1, 0, 0, 0, 0
 	}
 	p.window, p.windowCPU = 0, 0
 	return p.cur
@@ -210,6 +257,8 @@ func (g *Governor) run() {
 	t := time.NewTicker(pol.opts.Sample)
 	defer t.Stop()
 	w := newWaitMeter()
+	m := openMachineIdle()
+	defer m.close()
 	lastCPU, lastAt := cpuTime(), time.Now()
 	for {
 		select {
@@ -222,7 +271,11 @@ func (g *Governor) run() {
 				lastCPU, lastAt = c, now
 				continue
 			}
-			s := Sample{D: d, CPUs: float64(c-lastCPU) / float64(d), Waiting: float64(waited) / float64(d)}
+			s := Sample{D: d, CPUs: float64(c-lastCPU) / float64(d), Waiting: float64(waited) / float64(d),
+				Syscalls: w.syscalls()}
+			if idle, ok := m.read(); ok {
+				s.Idle, s.HasIdle = float64(idle)/float64(d), true
+			}
 			lastCPU, lastAt = c, now
 			before := pol.Procs()
 			after := pol.Observe(s)
@@ -237,7 +290,8 @@ func (g *Governor) run() {
 				runtime.GOMAXPROCS(after)
 			}
 			g.lg.Debug("changed GOMAXPROCS with the load", "from", before, "to", runtime.GOMAXPROCS(0),
-				"cpus", s.CPUs, "waiting-goroutines", s.Waiting, "next-down-after", pol.DownAfter().String())
+				"cpus", s.CPUs, "waiting-goroutines", s.Waiting, "machine-idle-cpus", s.Idle,
+				"goroutines-in-syscalls", s.Syscalls, "next-down-after", pol.DownAfter().String())
 		}
 	}
 }
@@ -259,17 +313,38 @@ func cpuTime() time.Duration {
 type waitMeter struct {
 	s    []metrics.Sample
 	prev []uint64
+	// the floor of the system-call count (see syscalls)
+	reads           uint64
+	prevMin, curMin uint64
 }
 
 const (
 	schedLatencies = "/sched/latencies:seconds"
+	notInGo        = "/sched/goroutines/not-in-go:goroutines"
 	trackingPeriod = 8
 )
 
 func newWaitMeter() *waitMeter {
-	w := &waitMeter{s: []metrics.Sample{{Name: schedLatencies}}}
+	w := &waitMeter{s: []metrics.Sample{{Name: schedLatencies}, {Name: notInGo}}, curMin: math.MaxUint64}
 	w.read()
 	return w
+}
+
+// syscalls is the number of goroutines in system calls (or cgo) at the
+// last read, above the floor: some goroutines stay in a system call for
+// good (os/signal's loop), so the count is taken above its least value
+// over the last 128 to 256 reads (2.5-5 s at the default sample).
+func (w *waitMeter) syscalls() float64 {
+	if w.s[1].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	v := w.s[1].Value.Uint64()
+	if w.reads%128 == 0 {
+		w.prevMin, w.curMin = w.curMin, v
+	}
+	w.reads++
+	w.curMin = min(w.curMin, v)
+	return float64(v - min(w.prevMin, w.curMin))
 }
 
 // read returns the waiting time since the previous read.
@@ -301,4 +376,78 @@ func (w *waitMeter) read() time.Duration {
 		total += float64(n) * mid
 	}
 	return time.Duration(total * trackingPeriod * float64(time.Second))
+}
+
+// machineIdle reads the CPU time the whole machine spent idle (idle and
+// iowait in /proc/stat's first line), kept open and re-read from the
+// start each time.
+type machineIdle struct {
+	f    *os.File
+	buf  []byte
+	last uint64 // clock ticks
+	ok   bool   // last is valid
+}
+
+// clockTicks is /proc/stat's unit, USER_HZ: 100 on every Linux ABI Go
+// runs on.
+const clockTicks = 100
+
+func openMachineIdle() *machineIdle {
+	m := &machineIdle{buf: make([]byte, 512)}
+	f, err := os.Open("/proc/stat")
+	if err != nil {
+		return m
+	}
+	m.f = f
+	m.read()
+	return m
+}
+
+func (m *machineIdle) close() {
+	if m.f != nil {
+		m.f.Close()
+	}
+}
+
+// read returns the idle time since the previous read; false when it is
+// unknown (no /proc/stat, or the first read).
+func (m *machineIdle) read() (time.Duration, bool) {
+	if m.f == nil {
+		return 0, false
+	}
+	n, err := m.f.ReadAt(m.buf, 0)
+	if n == 0 && err != nil {
+		return 0, false
+	}
+	ticks, ok := parseIdle(m.buf[:n])
+	if !ok {
+		return 0, false
+	}
+	prev, had := m.last, m.ok
+	m.last, m.ok = ticks, true
+	if !had || ticks < prev {
+		return 0, false
+	}
+	return time.Duration(ticks-prev) * time.Second / clockTicks, true
+}
+
+// parseIdle reads idle + iowait from the "cpu" line that starts
+// /proc/stat: "cpu  user nice system idle iowait irq ...".
+func parseIdle(b []byte) (uint64, bool) {
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		b = b[:i]
+	}
+	f := bytes.Fields(b)
+	if len(f) < 6 || string(f[0]) != "cpu" {
+		return 0, false
+	}
+	var sum uint64
+	for _, field := range f[4:6] {
+		v, err := strconv.ParseUint(string(field), 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		sum += v
+	}
+	return sum, true
 }

@@ -6,8 +6,10 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/strata-db/strata/internal/poll"
 )
@@ -113,6 +115,91 @@ func TestPolicyBackoffIsCappedAndResets(t *testing.T) {
 	}
 }
 
+// TestPolicyNeedsRoomToMoveUp: on one P, goroutines waiting move the
+// process back to all Ps only when there is a CPU to run them on (the
+// machine has UpIdle CPUs idle) or the P is lost to system calls; when
+// other processes keep every CPU busy, it stays on one P.
+func TestPolicyNeedsRoomToMoveUp(t *testing.T) {
+	p := NewPolicy(2, Options{})
+	down := func() {
+		t.Helper()
+		for n := 0; p.Procs() != 1; n++ {
+			if n > 10000 {
+				t.Fatal("never moved down")
+			}
+			p.Observe(Sample{D: 20 * ms, CPUs: 0.4, Waiting: 0.5, HasIdle: true})
+		}
+	}
+	busy := Sample{D: 20 * ms, CPUs: 0.4, Waiting: 60, HasIdle: true, Idle: 0.1}
+	down()
+	for i := 0; i < 1000; i++ {
+		if got := p.Observe(busy); got != 1 {
+			t.Fatalf("sample %d: %d Ps with 60 goroutines waiting on a machine with no CPU idle, want 1", i, got)
+		}
+	}
+	moves := func(s Sample) int {
+		t.Helper()
+		for n := 1; n <= 10; n++ {
+			if p.Observe(s) == 2 {
+				return n
+			}
+		}
+		t.Fatalf("still on one P after 10 samples of %+v", s)
+		return 0
+	}
+	idle := busy
+	idle.Idle = 0.8
+	if n := moves(idle); n < 2 {
+		t.Fatalf("moved up after %d sample of idle CPU; want the smoothed figure to decide", n)
+	}
+	down()
+	sys := busy
+	sys.Syscalls = 1
+	moves(sys)
+	down()
+	unknown := busy
+	unknown.HasIdle = false
+	moves(unknown)
+}
+
+func TestParseIdle(t *testing.T) {
+	stat := []byte("cpu  4705 150 1120 16250 520 0 30 0 0 0\ncpu0 2000 70 500 8100 260 0 15 0 0 0\n")
+	if got, ok := parseIdle(stat); !ok || got != 16250+520 {
+		t.Fatalf("parseIdle = %d, %v; want %d", got, ok, 16250+520)
+	}
+	for _, bad := range []string{"", "cpu0 1 2 3 4 5\n", "cpu  1 2 3 x 5\n", "cpu  1 2 3\n"} {
+		if _, ok := parseIdle([]byte(bad)); ok {
+			t.Fatalf("parseIdle(%q) accepted", bad)
+		}
+	}
+}
+
+// TestMachineIdleReadsProcStat: the governor's reader gives the machine's
+// idle time between two reads, no more than every CPU for the whole
+// interval.
+func TestMachineIdleReadsProcStat(t *testing.T) {
+	m := openMachineIdle()
+	defer m.close()
+	if m.f == nil {
+		t.Fatal("cannot open /proc/stat")
+	}
+	start := time.Now()
+	var idle time.Duration
+	poll.Until(t, "a clock tick between two reads of /proc/stat", func() bool {
+		d, ok := m.read()
+		if !ok {
+			t.Fatal("/proc/stat gave no idle time")
+		}
+		idle += d
+		return time.Since(start) > 50*ms
+	})
+	// One tick of slack for each CPU at each end.
+	limit := time.Duration(runtime.NumCPU()) * (time.Since(start) + 2*time.Second/clockTicks)
+	if idle < 0 || idle > limit {
+		t.Fatalf("idle %v over %v on %d CPUs", idle, time.Since(start), runtime.NumCPU())
+	}
+}
+
 func TestPolicyWithOneP(t *testing.T) {
 	p := NewPolicy(1, Options{})
 	if got := feed(p, 1000, 0, 0); got != 1 {
@@ -143,6 +230,17 @@ func TestGovernorFollowsTheProcess(t *testing.T) {
 	poll.Until(t, "GOMAXPROCS 1 while the process is idle", func() bool { return runtime.GOMAXPROCS(0) == 1 })
 	var stop atomic.Bool
 	var wg sync.WaitGroup
+	// A goroutine that spends its time in a system call, as a WAL's
+	// fdatasync does: that gives a second P room even on a machine whose
+	// CPUs other processes keep busy (see Policy.Observe).
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ts := syscall.Timespec{Nsec: int64(ms)}
+		for !stop.Load() {
+			syscall.Syscall(syscall.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
+		}
+	}()
 	for i := 0; i < 16; i++ {
 		wg.Add(1)
 		go func() {
