@@ -61,7 +61,7 @@ testguard-test:
 	cd .ci/testguard && $(GO) vet . && $(GO) test -count=1 .
 
 # Short fuzz runs of every fuzz target (package:Func); each runs FUZZTIME.
-FUZZ_TARGETS := wal:FuzzDecodeRecord lease:FuzzRecordDecode raft/transport:FuzzMessageStream raft/transport:FuzzMsgAppV2Stream server:FuzzClientRPC
+FUZZ_TARGETS := wal:FuzzDecodeRecord lease:FuzzRecordDecode raft/transport:FuzzMessageStream raft/transport:FuzzMsgAppV2Stream server:FuzzClientRPC server:FuzzDecodeFast
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \

@@ -92,6 +92,11 @@ func (c wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	buf := data.MaterializeToBuffer(wireBufferPool)
 	defer buf.Free()
+	// gRPC decodes each request into a new message, which is what
+	// decodeFast expects.
+	if decodeFast(buf.ReadOnlyData(), v) {
+		return nil
+	}
 	return proto.Unmarshal(buf.ReadOnlyData(), m)
 }
 
