@@ -72,6 +72,11 @@ type defragCounters struct {
 	maxLockHold atomic.Int64
 }
 
+// InUseBytes is Stats().InUseBytes without the rest: the bytes the last
+// commit's pages take (what the quota limits). It takes no lock, for
+// callers on a request's path.
+func (db *DB) InUseBytes() int64 { return db.st.inUseBytes.Load() }
+
 // Stats returns current counters. It takes no lock the writer holds.
 func (db *DB) Stats() Stats {
 	db.readersMu.Lock()
