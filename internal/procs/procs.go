@@ -272,7 +272,7 @@ func (g *Governor) run() {
 				continue
 			}
 			s := Sample{D: d, CPUs: float64(c-lastCPU) / float64(d), Waiting: float64(waited) / float64(d),
-				Syscalls: w.syscalls()}
+				Syscalls: w.syscalls(c-lastCPU < d/10)}
 			if idle, ok := m.read(); ok {
 				s.Idle, s.HasIdle = float64(idle)/float64(d), true
 			}
@@ -313,9 +313,7 @@ func cpuTime() time.Duration {
 type waitMeter struct {
 	s    []metrics.Sample
 	prev []uint64
-	// the floor of the system-call count (see syscalls)
-	reads           uint64
-	prevMin, curMin uint64
+	sys  syscallFloor
 }
 
 const (
@@ -325,26 +323,49 @@ const (
 )
 
 func newWaitMeter() *waitMeter {
-	w := &waitMeter{s: []metrics.Sample{{Name: schedLatencies}, {Name: notInGo}}, curMin: math.MaxUint64}
+	w := &waitMeter{s: []metrics.Sample{{Name: schedLatencies}, {Name: notInGo}}, sys: newSyscallFloor()}
 	w.read()
 	return w
 }
 
 // syscalls is the number of goroutines in system calls (or cgo) at the
-// last read, above the floor: some goroutines stay in a system call for
-// good (os/signal's loop), so the count is taken above its least value
-// over the last 128 to 256 reads (2.5-5 s at the default sample).
-func (w *waitMeter) syscalls() float64 {
+// last read, above their floor (see syscallFloor).
+func (w *waitMeter) syscalls(light bool) float64 {
 	if w.s[1].Value.Kind() != metrics.KindUint64 {
 		return 0
 	}
-	v := w.s[1].Value.Uint64()
-	if w.reads%128 == 0 {
-		w.prevMin, w.curMin = w.curMin, v
+	return w.sys.above(w.s[1].Value.Uint64(), light)
+}
+
+// syscallFloor tracks the goroutines that stay in a system call for good
+// (os/signal's loop): the least count seen in light samples (the process
+// used little CPU) over the last 128 to 256 samples, or the floor before
+// them when there were none. Under a steady write load a WAL's fdatasync
+// is nearly always in flight, and a floor taken then would hide it.
+type syscallFloor struct {
+	samples, floor, blockMin uint64
+	blockLight               bool
+}
+
+func newSyscallFloor() syscallFloor {
+	return syscallFloor{floor: math.MaxUint64, blockMin: math.MaxUint64}
+}
+
+// above records a sample of v goroutines in system calls and returns
+// how many are above the floor (all of them before a light sample).
+func (f *syscallFloor) above(v uint64, light bool) float64 {
+	if light {
+		f.blockMin, f.blockLight = min(f.blockMin, v), true
 	}
-	w.reads++
-	w.curMin = min(w.curMin, v)
-	return float64(v - min(w.prevMin, w.curMin))
+	f.samples++
+	if f.samples%128 == 0 && f.blockLight {
+		f.floor, f.blockMin, f.blockLight = f.blockMin, math.MaxUint64, false
+	}
+	floor := min(f.floor, f.blockMin)
+	if floor == math.MaxUint64 || v < floor {
+		return float64(v)
+	}
+	return float64(v - floor)
 }
 
 // read returns the waiting time since the previous read.

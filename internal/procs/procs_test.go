@@ -162,6 +162,35 @@ func TestPolicyNeedsRoomToMoveUp(t *testing.T) {
 	moves(unknown)
 }
 
+// TestSyscallFloor: a goroutine that never leaves its system call
+// (os/signal's) is not counted, and a WAL's fdatasync that is in flight
+// in every sample of a long write load still is.
+func TestSyscallFloor(t *testing.T) {
+	f := newSyscallFloor()
+	if got := f.above(1, false); got != 1 {
+		t.Fatalf("before any light sample: %v above the floor, want 1 (no floor yet)", got)
+	}
+	for i := 0; i < 300; i++ {
+		if got := f.above(1, true); got != 0 {
+			t.Fatalf("idle sample %d: %v above the floor, want 0", i, got)
+		}
+	}
+	// A write load: busy samples, an fdatasync in flight in each.
+	for i := 0; i < 2000; i++ {
+		if got := f.above(2, false); got != 1 {
+			t.Fatalf("busy sample %d: %v above the floor, want 1", i, got)
+		}
+	}
+	// A light load whose samples never see the signal goroutine leave:
+	// the floor stays.
+	for i := 0; i < 300; i++ {
+		f.above(1, true)
+	}
+	if got := f.above(3, false); got != 2 {
+		t.Fatalf("%v above the floor, want 2", got)
+	}
+}
+
 func TestParseIdle(t *testing.T) {
 	stat := []byte("cpu  4705 150 1120 16250 520 0 30 0 0 0\ncpu0 2000 70 500 8100 260 0 15 0 0 0\n")
 	if got, ok := parseIdle(stat); !ok || got != 16250+520 {
