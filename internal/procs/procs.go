@@ -273,14 +273,21 @@ func (g *Governor) run() {
 			}
 			s := Sample{D: d, CPUs: float64(c-lastCPU) / float64(d), Waiting: float64(waited) / float64(d),
 				Syscalls: w.syscalls(c-lastCPU < d/10)}
-			if idle, ok := m.read(); ok {
-				s.Idle, s.HasIdle = float64(idle)/float64(d), true
+			before := pol.Procs()
+			// The machine's idle time only matters on one P; the read on
+			// the move there starts the interval.
+			if before == 1 {
+				if idle, ok := m.read(); ok {
+					s.Idle, s.HasIdle = float64(idle)/float64(d), true
+				}
 			}
 			lastCPU, lastAt = c, now
-			before := pol.Procs()
 			after := pol.Observe(s)
 			if after == before {
 				continue
+			}
+			if after == 1 {
+				m.read()
 			}
 			if after == pol.max {
 				// The default, so that Go keeps following the CPU
