@@ -169,15 +169,6 @@ func (s *Server) checkQuota(req *pb.InternalRaftRequest) error {
 	if s.be.DB().InUseBytes()+s.be.PendingBytes()+int64(cost) < q {
 		return nil
 	}
-	return s.raiseNoSpace(q)
-}
-
-// raiseNoSpace proposes the NOSPACE alarm and refuses the request. Kept
-// out of checkQuota, which every write calls: its frame (the log call,
-// the goroutine) would make the write path's stack deeper.
-//
-//go:noinline
-func (s *Server) raiseNoSpace(q int64) error {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), s.requestTimeout())
 		defer cancel()

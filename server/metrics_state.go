@@ -72,7 +72,7 @@ func stateCollectors(s *Server) []prometheus.Collector {
 		gf("etcd", "mvcc", "db_total_size_in_bytes", "Total size of the underlying database physically allocated in bytes.",
 			func() float64 { return float64(s.be.DB().Stats().FileSize) }),
 		gf("etcd", "mvcc", "db_total_size_in_use_in_bytes", "Total size of the underlying database logically in use in bytes.",
-			func() float64 { return float64(s.be.DB().Stats().InUseBytes) }),
+			func() float64 { return float64(s.be.DB().InUseBytes()) }),
 		gf("etcd", "mvcc", "db_open_read_transactions", "The number of currently open read transactions",
 			func() float64 { return float64(s.be.DB().Stats().OpenReadTxs) }),
 		gf("etcd_debugging", "auth", "revision", "The current revision of auth store.", func() float64 { return float64(s.auth.Revision()) }),
