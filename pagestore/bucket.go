@@ -47,8 +47,30 @@ func (b *Bucket) Get(key []byte) ([]byte, error) {
 	if err := b.usable(false); err != nil {
 		return nil, err
 	}
-	v, _, err := b.get(key)
-	return v, err
+	v, f, err := b.get(key)
+	if err != nil || f&elemFlagsCompressed == 0 {
+		return v, err
+	}
+	return b.inflated(key, f, v)
+}
+
+// inflated decodes the compressed value v found under key, for Get. The
+// error names the page and offset: it looks the element up again.
+func (b *Bucket) inflated(key []byte, f uint32, v []byte) ([]byte, error) {
+	out, err := inflate(f, v)
+	if err == nil {
+		return out, nil
+	}
+	c := b.Cursor()
+	if err := c.search(key); err != nil {
+		return nil, err
+	}
+	if r := c.top(); r.n == nil && r.idx < r.count() {
+		return b.tx.db.inflatePage(r.p, r.idx, f, v)
+	} else if r.n != nil && r.idx < r.count() {
+		return b.tx.db.inflateNode(r.n, r.idx)
+	}
+	return nil, corruptf(b.tx.db.path, "bucket %q: key %x: %v", b.name, key, err)
 }
 
 func (b *Bucket) get(key []byte) ([]byte, uint32, error) {
@@ -117,8 +139,9 @@ func (b *Bucket) Put(key, value []byte) error {
 	case int64(len(value)) > MaxValueSize:
 		return ErrValueTooLarge
 	}
-	kc, vc := b.tx.db.slab.copy2(key, value)
-	if err := b.put(kc, vc, 0); err != nil {
+	stored, flags := b.tx.db.compressValue(value)
+	kc, vc := b.tx.db.slab.copy2(key, stored)
+	if err := b.put(kc, vc, flags); err != nil {
 		return err
 	}
 	b.tx.grew = true

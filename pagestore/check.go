@@ -100,6 +100,9 @@ type CheckReport struct {
 	Buckets        int               `json:"buckets"`
 	Keys           uint64            `json:"keys"` // keys in all buckets
 	BucketKeys     map[string]uint64 `json:"bucketKeys"`
+	// CompressedValues counts values stored compressed (each decoded by
+	// the check).
+	CompressedValues uint64 `json:"compressedValues"`
 	// InUseBytes is the bytes of the pages reachable from the meta (meta,
 	// tree and freelist-log pages): what the quota must count.
 	InUseBytes int64 `json:"inUseBytes"`
@@ -362,10 +365,16 @@ func (c *checker) walk(id pgid, owner uint32, bucket, lo, hi []byte, depth int, 
 				c.problem(id, "%s: element %d key %x not after the previous key %x", what, i, k, leafKey(p, i-1))
 			}
 			inRange(k, i)
-			if leafFn != nil {
+			switch {
+			case leafFn != nil:
 				leafFn(id, f, k, v)
-			} else if f != 0 {
+			case f&^elemFlagsCompressed != 0:
 				c.problem(id, "%s: element %d has flags %#x", what, i, f)
+			case f != 0:
+				c.rep.CompressedValues++
+				if _, err := c.db.inflatePage(p, i, f, v); err != nil {
+					c.problem(id, "%s: %v", what, err)
+				}
 			}
 		}
 		if bucket != nil {

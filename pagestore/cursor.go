@@ -96,8 +96,7 @@ func (c *Cursor) First() (key, value []byte) {
 	if c.top().count() == 0 {
 		return c.Next()
 	}
-	k, v, _ := c.current()
-	return k, v
+	return c.here()
 }
 
 // Last moves to the last key and returns it.
@@ -115,8 +114,7 @@ func (c *Cursor) Last() (key, value []byte) {
 	if c.top().count() == 0 {
 		return c.Prev()
 	}
-	k, v, _ := c.current()
-	return k, v
+	return c.here()
 }
 
 // Seek moves to the first key >= seek and returns it, or nil if there is
@@ -131,8 +129,7 @@ func (c *Cursor) Seek(seek []byte) (key, value []byte) {
 	if r := c.top(); r.idx >= r.count() {
 		return c.Next()
 	}
-	k, v, _ := c.current()
-	return k, v
+	return c.here()
 }
 
 // Next moves to the next key and returns it, or nil at the end.
@@ -144,7 +141,10 @@ func (c *Cursor) Next() (key, value []byte) {
 	// the stack is always a leaf once the cursor is positioned.)
 	if r := &c.stack[len(c.stack)-1]; r.n == nil && r.idx+1 < pgCount(r.p) && pgFlags(r.p) == flagLeaf {
 		r.idx++
-		_, k, v := leafElem(r.p, r.idx)
+		f, k, v := leafElem(r.p, r.idx)
+		if f&elemFlagsCompressed != 0 {
+			return c.here()
+		}
 		return k, v
 	}
 	for {
@@ -167,8 +167,7 @@ func (c *Cursor) Next() (key, value []byte) {
 			return c.fail(err)
 		}
 		if c.top().count() > 0 {
-			k, v, _ := c.current()
-			return k, v
+			return c.here()
 		}
 	}
 }
@@ -193,15 +192,13 @@ func (c *Cursor) Prev() (key, value []byte) {
 		}
 		c.stack = c.stack[:i+1]
 		if i == len(c.stack)-1 && c.top().isLeaf() {
-			k, v, _ := c.current()
-			return k, v
+			return c.here()
 		}
 		if err := c.descend(true); err != nil {
 			return c.fail(err)
 		}
 		if c.top().count() > 0 {
-			k, v, _ := c.current()
-			return k, v
+			return c.here()
 		}
 	}
 }
@@ -260,6 +257,27 @@ func (c *Cursor) search(key []byte) error {
 			return err
 		}
 	}
+}
+
+// here returns the key and the value under the cursor, the value decoded
+// if it is stored compressed (a value that fails to decode fails the
+// cursor).
+func (c *Cursor) here() (key, value []byte) {
+	k, v, f := c.current()
+	if f&elemFlagsCompressed == 0 {
+		return k, v
+	}
+	r := c.top()
+	var err error
+	if r.n != nil {
+		v, err = c.b.tx.db.inflateNode(r.n, r.idx)
+	} else {
+		v, err = c.b.tx.db.inflatePage(r.p, r.idx, f, v)
+	}
+	if err != nil {
+		return c.fail(err)
+	}
+	return k, v
 }
 
 // current returns the element under the cursor, or nil keys if the cursor

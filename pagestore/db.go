@@ -67,6 +67,7 @@ type DB struct {
 	metaBuf  [2][]byte     // guarded by writeMu: bytes last written to each meta slot
 	failed   error         // guarded by writeMu: set when the disk state is unknown
 	scratch  []byte        // guarded by writeMu: buffer for coalesced writes
+	cbuf     []byte        // guarded by writeMu: Put's compression output
 	// arenas hold the writer's dirty-page buffers: the current write
 	// transaction spills into arenas[arenaCur], while the other holds the
 	// pages of the latest commit, which recent lists (sorted by id). The

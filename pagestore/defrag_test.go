@@ -13,10 +13,16 @@ import (
 	"time"
 )
 
+// defragValue is value i of n bytes, a function of i alone. Its bytes are
+// a hash (splitmix64), so compression leaves it at n bytes and the tests
+// get the page shapes they build.
 func defragValue(i uint64, n int) []byte {
 	v := make([]byte, n)
 	for j := 0; j+8 <= n; j += 8 {
-		binary.LittleEndian.PutUint64(v[j:], i*0x9e3779b97f4a7c15+uint64(j))
+		z := i*0x9e3779b97f4a7c15 + uint64(j+1)*0xbf58476d1ce4e5b9
+		z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+		z = (z ^ z>>27) * 0x94d049bb133111eb
+		binary.LittleEndian.PutUint64(v[j:], z^z>>31)
 	}
 	return v
 }

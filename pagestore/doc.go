@@ -45,8 +45,12 @@
 //	28 owner     u32  bucket id for tree pages (verified by Tx.Check)
 //
 // Leaf elements (16 bytes each, after the header; key and value bytes are
-// packed after the element array): flags u32 (1 = bucket header), pos u32
-// (offset of the key from the page start), ksize u32, vsize u32.
+// packed after the element array): flags u32 (1 = bucket header, 2 = value
+// compressed with S2, 4 = value compressed with zstd; see compress.go),
+// pos u32 (offset of the key from the page start), ksize u32, vsize u32
+// (the stored, possibly compressed, size). Format version 1 files have no
+// compressed values and are read as they are; a writer's first commit
+// marks the file version 2.
 // Branch elements: pos u32, ksize u32, child pgid u64. A branch key is the
 // first key of its child subtree.
 //
@@ -218,7 +222,12 @@ package pagestore
 // format gets a new formatVersion and a migration.
 const (
 	magic         uint32 = 0x53545241 // "STRA"
-	formatVersion uint32 = 1
+	formatVersion uint32 = 2
+	// oldestVersion is the oldest format Open reads. Version 1 had no
+	// compressed values; a writer's first commit rewrites its meta as
+	// version 2, after which an older build refuses the file instead of
+	// misreading a compressed value.
+	oldestVersion uint32 = 1
 
 	numMetaPages = 2
 
@@ -237,6 +246,12 @@ const (
 
 	elemSize       = 16
 	elemFlagBucket = 1
+	// A value stored compressed (compress.go): with S2, or with zstd.
+	// Format version 2 added them.
+	elemFlagS2          = 2
+	elemFlagZstd        = 4
+	elemFlagsCompressed = elemFlagS2 | elemFlagZstd
+	elemFlagsKnown      = elemFlagBucket | elemFlagsCompressed
 
 	metaOffMagic      = 32
 	metaOffVersion    = 36

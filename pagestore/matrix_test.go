@@ -36,7 +36,9 @@ func TestCorruptionMatrix(t *testing.T) {
 	// Three buckets: many small keys (branch and leaf pages), values
 	// larger than a page (overflow runs), and churn that frees pages (the
 	// freelist log).
-	big := bytes.Repeat([]byte("overflow-value "), 900)
+	// The big values do not compress (overflow runs); the churn values
+	// do (compressed values in leaves).
+	big := defragValue(uint64(seed), 900*15)
 	if err := db.Update(func(tx *Tx) error {
 		small, err := tx.CreateBucket([]byte("small"))
 		if err != nil {
@@ -91,6 +93,9 @@ func TestCorruptionMatrix(t *testing.T) {
 		t.Fatal(err)
 	}
 	kinds := classifyPages(orig, ps)
+	if rep, err := CheckFile(src, nil); err != nil || rep.CompressedValues == 0 {
+		t.Fatalf("the file holds no compressed value (%v): the matrix would not cover them", err)
+	}
 
 	type outcome struct{ refused, detected, unharmed int }
 	results := map[string]*outcome{}

@@ -82,7 +82,9 @@ func TestModel(t *testing.T) {
 		var err error
 		// No preallocator (the default): its background writes would make
 		// crash points depend on timing, and the seed must replay exactly.
-		db, err = Open(path, &Options{FS: fs, NoSync: rng.IntN(4) != 0, StrictMode: true})
+		// Compression is off for some opens: values written either way
+		// must read back the same.
+		db, err = Open(path, &Options{FS: fs, NoSync: rng.IntN(4) != 0, StrictMode: true, NoCompression: rng.IntN(5) == 0})
 		if err != nil {
 			fail("open: %v", err)
 		}
@@ -116,14 +118,36 @@ func TestModel(t *testing.T) {
 			return bytes.Repeat([]byte{byte(i), byte(i >> 8)}, 1+i%40)
 		}
 	}
+	// Half the values are random bytes, which do not compress; the other
+	// half are runs of a few words, which do: S2 from compressMin bytes,
+	// zstd from zstdMin.
+	words := make([][]byte, 8)
+	for i := range words {
+		words[i] = make([]byte, 3+rng.IntN(10))
+		for j := range words[i] {
+			words[i][j] = byte(rng.Uint32())
+		}
+	}
 	randValue := func() []byte {
 		n := rng.IntN(300)
-		if rng.IntN(100) == 0 {
+		switch rng.IntN(100) {
+		case 0:
 			n = 4000 + rng.IntN(20000) // overflow pages
+		case 1:
+			n = zstdMin + rng.IntN(60000)
 		}
-		v := make([]byte, n)
-		for i := range v {
-			v[i] = byte(rng.Uint32())
+		v := make([]byte, 0, n+16)
+		if rng.IntN(2) == 0 {
+			for len(v) < n {
+				v = append(v, words[rng.IntN(len(words))]...)
+			}
+			if n >= compressMin {
+				stats["put-compressible"]++
+			}
+			return v[:n]
+		}
+		for len(v) < n {
+			v = append(v, byte(rng.Uint32()))
 		}
 		return v
 	}
@@ -349,5 +373,12 @@ func TestModel(t *testing.T) {
 	sameContents(t, dump(t, db), cur)
 	checkDB(t, db)
 	db.Close()
-	t.Logf("ops %v", stats)
+	rep, err := CheckFile(path, nil)
+	if err != nil || !rep.OK() {
+		fail("check file: %v %v", err, rep.Problems)
+	}
+	t.Logf("ops %v; values stored compressed at the end: %d", stats, rep.CompressedValues)
+	if stats["put-compressible"] >= 200 && rep.CompressedValues == 0 {
+		fail("%d compressible values put, none stored compressed", stats["put-compressible"])
+	}
 }

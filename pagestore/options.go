@@ -74,6 +74,12 @@ type Options struct {
 	// truncation). Default: discard.
 	Logger *slog.Logger
 
+	// NoCompression stores every value as given. By default a value of
+	// 128 bytes or more is stored compressed (S2; zstd from 32 KiB) when
+	// that saves at least an eighth of it; readers always get the value
+	// as it was put. Files written either way read the same.
+	NoCompression bool
+
 	// OnCommit, if set, is called after each commit that published a new
 	// state, with how long its phases took, on the committing goroutine
 	// with the write lock held: it must be quick and must not use the DB.

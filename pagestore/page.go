@@ -82,6 +82,10 @@ func validatePage(p []byte, hwm pgid) error {
 			e := p[pageHeaderSize+i*elemSize:]
 			var pos, ks, vs uint64
 			if flags == flagLeaf {
+				if f := le.Uint32(e[0:]); f&^elemFlagsKnown != 0 || f&elemFlagsCompressed == elemFlagsCompressed ||
+					f&elemFlagBucket != 0 && f&elemFlagsCompressed != 0 {
+					return fmt.Errorf("element %d has flags %#x", i, f)
+				}
 				pos, ks, vs = uint64(le.Uint32(e[4:])), uint64(le.Uint32(e[8:])), uint64(le.Uint32(e[12:]))
 			} else {
 				pos, ks = uint64(le.Uint32(e[0:])), uint64(le.Uint32(e[4:]))
@@ -136,8 +140,8 @@ func decodeMeta(buf []byte, slot pgid) (*meta, error) {
 	if le.Uint32(buf[metaOffMagic:]) != magic {
 		return nil, fmt.Errorf("bad magic %#x", le.Uint32(buf[metaOffMagic:]))
 	}
-	if v := le.Uint32(buf[metaOffVersion:]); v != formatVersion {
-		return nil, fmt.Errorf("unsupported format version %d", v)
+	if v := le.Uint32(buf[metaOffVersion:]); v < oldestVersion || v > formatVersion {
+		return nil, fmt.Errorf("unsupported format version %d (this build reads %d to %d)", v, oldestVersion, formatVersion)
 	}
 	ps := le.Uint32(buf[metaOffPageSize:])
 	if ps < minPageSize || ps > maxPageSize || ps&(ps-1) != 0 {

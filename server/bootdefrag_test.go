@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -22,7 +21,7 @@ func TestBootstrapDefrag(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "d")
 	m := startMember(t, dir)
 	ctx := context.Background()
-	val := bytes.Repeat([]byte{'v'}, 8<<10)
+	val := incompressible(8<<10, 2)
 	var rev int64
 	for i := 0; i < 600; i++ {
 		r, err := m.kv.Put(ctx, &pb.PutRequest{Key: fmt.Appendf(nil, "k%03d", i), Value: val})

@@ -208,7 +208,7 @@ func alarmList(t *testing.T, m *testMember) []*pb.AlarmMember {
 // accepted.
 func fillUntilRefused(t *testing.T, m *testMember, prefix string, max int, acked map[string]string) error {
 	t.Helper()
-	val := strings.Repeat("x", 4096)
+	val := string(incompressible(4096, 3))
 	for i := 0; i < max; i++ {
 		k := fmt.Sprintf("%s%05d", prefix, i)
 		_, err := m.kv.Put(context.Background(), &pb.PutRequest{Key: []byte(k), Value: []byte(val)})

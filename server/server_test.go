@@ -1,12 +1,12 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -247,6 +247,15 @@ func TestAutoCompactionRevision(t *testing.T) {
 	})
 }
 
+// incompressible returns n random bytes (seed picks which), for tests that
+// need the page store to hold a value at its full size: it stores values
+// that compress well compressed.
+func incompressible(n int, seed byte) []byte {
+	v := make([]byte, n)
+	rand.NewChaCha8([32]byte{seed}).Read(v)
+	return v
+}
+
 // TestDefragmentOutlivesItsClient: etcdctl gives up on a defrag after its
 // --command-timeout (5 s by default); as with etcd, the defrag must still
 // run to the end rather than stop where the client left.
@@ -254,7 +263,7 @@ func TestDefragmentOutlivesItsClient(t *testing.T) {
 	m := startMember(t, filepath.Join(t.TempDir(), "d"))
 	defer m.stop(t)
 	ctx := context.Background()
-	val := bytes.Repeat([]byte("x"), 4096)
+	val := incompressible(4096, 1)
 	for i := 0; i < 4000; i++ {
 		if _, err := m.kv.Put(ctx, &pb.PutRequest{Key: []byte(fmt.Sprintf("k%05d", i)), Value: val}); err != nil {
 			t.Fatal(err)

@@ -156,7 +156,9 @@ func interruptedInstall(t *testing.T, rng *rand.Rand) (*clusterMember, string) {
 	lead := c.leader()
 	victim := c.followers()[0]
 	c.stop(victim)
-	big := strings.Repeat("large value ", 700) // larger than a page: overflow runs
+	// Values larger than a page that do not compress (overflow runs), and
+	// small ones that do (compressed values in leaves).
+	big := string(incompressible(8400, byte(rng.Uint32())))
 	for i := 0; i < 500; i++ {
 		v := fmt.Sprintf("%d-%s", i, strings.Repeat("v", rng.IntN(200)))
 		if i%25 == 0 {

@@ -101,7 +101,7 @@ func WriteDBCheckReport(w io.Writer, r *pagestore.CheckReport) {
 		parts = append(parts, fmt.Sprintf("%s %d", n, r.BucketKeys[n]))
 	}
 	fmt.Fprintf(w, "  buckets:   %d (keys: %s)\n", r.Buckets, strings.Join(parts, ", "))
-	fmt.Fprintf(w, "  keys:      %d\n", r.Keys)
+	fmt.Fprintf(w, "  keys:      %d (values stored compressed: %d)\n", r.Keys, r.CompressedValues)
 }
 
 func plural(n int) string {

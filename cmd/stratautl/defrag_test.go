@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,6 +110,10 @@ func writeMVCCLike(t *testing.T, path string, n int) {
 		t.Fatal(err)
 	}
 	defer db.Close()
+	// Values of random bytes, as etcd's benchmark writes: the page store
+	// stores them as they are, 300 bytes each.
+	val := make([]byte, 300)
+	rand.NewChaCha8([32]byte{7}).Read(val)
 	for s := 0; s < n; s += 50 {
 		err := db.Update(func(tx *pagestore.Tx) error {
 			b, err := tx.CreateBucketIfNotExists([]byte("key"))
@@ -123,7 +128,7 @@ func writeMVCCLike(t *testing.T, path string, n int) {
 				k := make([]byte, 17)
 				binary.BigEndian.PutUint64(k, uint64(i+2))
 				k[8] = '_'
-				if err := b.Put(k, make([]byte, 300)); err != nil {
+				if err := b.Put(k, val); err != nil {
 					return err
 				}
 			}
