@@ -54,7 +54,11 @@ func (e *env) put(ctx context.Context) *Summary {
 			if !o.SeqKeys {
 				n = rng.IntN(o.KeySpaceSize)
 			}
-			req := &pb.PutRequest{Key: kg.key(n), Value: val}
+			v := val
+			if o.ValKind == "pod" {
+				v = podValue(rng, i, o.ValSize)
+			}
+			req := &pb.PutRequest{Key: kg.key(n), Value: v}
 			st := time.Now()
 			_, err := c.kv.Put(ctx, req)
 			sh.Observe(time.Since(st), err)

@@ -64,6 +64,7 @@ type Options struct {
 	SeqKeys      bool
 
 	// put
+	ValKind           string // "random" (etcd benchmark's) or "pod"
 	KeyPrefix         string
 	CompactInterval   time.Duration
 	CompactIndexDelta int64
@@ -177,6 +178,7 @@ func flagSet(workload string, o *Options) (*flag.FlagSet, error) {
 		keySpace()
 		fs.BoolVar(&o.SeqKeys, "sequential-keys", false, "use sequential keys (else random in the key space)")
 		fs.StringVar(&o.KeyPrefix, "prefix", "", "prefix for keys")
+		fs.StringVar(&o.ValKind, "val-kind", "random", "values: random (one random value, as etcd's benchmark) or pod (a Kubernetes Pod in JSON, new uids and timestamps each put, cut to --val-size)")
 		fs.DurationVar(&o.CompactInterval, "compact-interval", 0, "compact the store every interval while running (0: never)")
 		fs.Int64Var(&o.CompactIndexDelta, "compact-index-delta", 1000, "revisions kept behind the current one by --compact-interval")
 	case "range":
@@ -441,6 +443,9 @@ func (o *Options) validate(pos []string) error {
 	}
 	switch o.Workload {
 	case "put":
+		if o.ValKind != "random" && o.ValKind != "pod" {
+			return bad("--val-kind must be random or pod, got %q", o.ValKind)
+		}
 		if o.CompactInterval < 0 || o.CompactIndexDelta < 0 {
 			return bad("--compact-interval and --compact-index-delta must not be negative")
 		}
