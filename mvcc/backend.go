@@ -625,11 +625,20 @@ func (r *ReadTx) findPending(rev Revision) (keyRec, bool) {
 // GetRevision returns the stored value of a put at rev. The result is
 // valid until Close.
 func (r *ReadTx) GetRevision(rev Revision) ([]byte, error) {
+	v, _, err := r.GetRevisionBuf(rev, nil)
+	return v, err
+}
+
+// GetRevisionBuf is GetRevision for a caller that copies each value
+// before reading the next: a value the page store keeps compressed is
+// decoded into buf (pagestore.Bucket.GetBuf), and is valid only until buf
+// is used again. It returns the buffer to pass next time.
+func (r *ReadTx) GetRevisionBuf(rev Revision, buf []byte) (value, next []byte, err error) {
 	if rec, ok := r.findPending(rev); ok {
-		return rec.value, nil
+		return rec.value, buf, nil
 	}
 	var kbuf [markedRevKeyLen]byte
-	return r.kb.Get(appendRevKey(kbuf[:0], rev, false))
+	return r.kb.GetBuf(appendRevKey(kbuf[:0], rev, false), buf)
 }
 
 // ScanRevisions calls fn for every key record with from <= main <= to in

@@ -76,11 +76,15 @@ func (s *Store) RangeEncoded(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	}
 	if len(revs) > 0 {
 		var buf []byte
+		// Values the page store keeps compressed are decoded into one
+		// scratch buffer, each copied into buf before the next.
+		var scratch []byte
 		for _, rev := range revs {
-			raw, err := v.stored(rev)
+			raw, next, err := v.storedBuf(rev, scratch)
 			if err != nil {
 				return nil, err
 			}
+			scratch = next
 			if buf == nil {
 				// Sized from the first value: most ranges hold values of
 				// similar sizes, and append grows it otherwise.

@@ -8,6 +8,7 @@ import (
 	"math/rand"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -184,7 +185,7 @@ func TestModel(t *testing.T) {
 		switch {
 		case p < 30:
 			counts["put"]++
-			key, val := g.key(), fmt.Sprintf("v%d", i)
+			key, val := g.key(), modelValue(rng, "v", i)
 			resp, err := ts.s.Put(ci, 1, &pb.PutRequest{Key: []byte(key), Value: []byte(val), PrevKv: rng.Intn(2) == 0})
 			if err != nil {
 				t.Fatalf("op %d put: %v", i, err)
@@ -396,7 +397,7 @@ func checkTxn(t *testing.T, i int, s *Store, m *model, g *opGen, ci uint64) {
 					return ok
 				})
 			} else {
-				v := fmt.Sprintf("t%d", i)
+				v := modelValue(g.rng, "t", i)
 				ops = append(ops, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(k), Value: []byte(v)}}})
 				apply = append(apply, func(st map[string]modelKV, rev int64) bool {
 					m.put(st, rev, k, v)
@@ -438,6 +439,16 @@ func checkTxn(t *testing.T, i int, s *Store, m *model, g *opGen, ci uint64) {
 	if resp.Header.Revision != m.rev() {
 		t.Fatalf("op %d txn: header revision %d, want %d", i, resp.Header.Revision, m.rev())
 	}
+}
+
+// modelValue is the value of op i: mostly short, and one in three a few
+// hundred bytes to a few KiB that the page store keeps compressed, so
+// that ranges, the encoded range and watches read compressed values.
+func modelValue(rng *rand.Rand, tag string, i int) string {
+	if rng.Intn(3) != 0 {
+		return fmt.Sprintf("%s%d", tag, i)
+	}
+	return fmt.Sprintf("%s%d-%s", tag, i, strings.Repeat("payload-"+tag+" ", 10+rng.Intn(300)))
 }
 
 // rangeOverWire is RangeEncoded's response as a client receives it.

@@ -55,26 +55,36 @@ func (v *view) value(rev Revision) (*mvccpb.KeyValue, error) {
 // stored returns the encoded KeyValue of a put at rev, valid until the
 // view closes.
 func (v *view) stored(rev Revision) ([]byte, error) {
-	var raw []byte
+	raw, _, err := v.storedBuf(rev, nil)
+	return raw, err
+}
+
+// storedBuf is stored for a caller that copies each value before reading
+// the next: a value the page store keeps compressed is decoded into buf
+// and is valid only until buf is used again (with a nil buf, into memory
+// of its own). It returns
+// the buffer to pass next time.
+func (v *view) storedBuf(rev Revision, buf []byte) (raw, next []byte, err error) {
+	next = buf
 	if v.w != nil {
 		raw = v.w.findCurrent(rev)
 	}
 	if raw == nil {
 		rd, err := v.readTx()
 		if err != nil {
-			return nil, err
+			return nil, buf, err
 		}
-		if raw, err = rd.GetRevision(rev); err != nil {
-			return nil, err
+		if raw, next, err = rd.GetRevisionBuf(rev, buf); err != nil {
+			return nil, next, err
 		}
 	}
 	if raw == nil {
-		return nil, fmt.Errorf("mvcc: revision %v is in the index but not in the store", rev)
+		return nil, next, fmt.Errorf("mvcc: revision %v is in the index but not in the store", rev)
 	}
 	if len(raw) == 0 || raw[0] != kvTag {
-		return nil, fmt.Errorf("mvcc: value of revision %v: unknown value encoding", rev)
+		return nil, next, fmt.Errorf("mvcc: value of revision %v: unknown value encoding", rev)
 	}
-	return raw, nil
+	return raw, next, nil
 }
 
 // rangeResult is what a range over the index and values yields.

@@ -54,6 +54,27 @@ func (b *Bucket) Get(key []byte) ([]byte, error) {
 	return b.inflated(key, f, v)
 }
 
+// GetBuf is Get for a caller that reads many values and copies each one
+// before the next: a value stored compressed is decoded into buf when it
+// fits (else into new memory, kept as the next buffer), so such a value
+// is valid only until buf is used again; with a nil buf it is Get. It
+// returns the buffer to pass next time. buf must be memory
+// of the caller's, never a value a read returned.
+func (b *Bucket) GetBuf(key, buf []byte) (value, next []byte, err error) {
+	if err := b.usable(false); err != nil {
+		return nil, buf, err
+	}
+	v, f, err := b.get(key)
+	if err != nil || f&elemFlagsCompressed == 0 {
+		return v, buf, err
+	}
+	out, next, err := inflateInto(f, v, buf)
+	if err != nil {
+		out, err = b.inflated(key, f, v)
+	}
+	return out, next, err
+}
+
 // inflated decodes the compressed value v found under key, for Get. The
 // error names the page and offset: it looks the element up again.
 func (b *Bucket) inflated(key []byte, f uint32, v []byte) ([]byte, error) {

@@ -139,6 +139,38 @@ func inflate(f uint32, v []byte) ([]byte, error) {
 	}
 }
 
+// inflateInto is inflate decoding into buf when it is large enough (else
+// into new memory); it also returns the buffer to pass next time.
+func inflateInto(f uint32, v, buf []byte) (out, next []byte, err error) {
+	switch f & elemFlagsCompressed {
+	case elemFlagS2:
+		n, err := s2.DecodedLen(v)
+		if err != nil || n > MaxValueSize {
+			return nil, buf, fmt.Errorf("S2 value: length %d: %v", n, err)
+		}
+		if cap(buf) < n {
+			buf = make([]byte, n, n+n/4)
+		}
+		out, err := s2.Decode(buf[:n], v)
+		if err != nil {
+			return nil, buf, fmt.Errorf("S2 value: %v", err)
+		}
+		return out, buf, nil
+	case elemFlagZstd:
+		_, dec, err := zstdCodecs()
+		if err != nil {
+			return nil, buf, err
+		}
+		out, err := dec.DecodeAll(v, buf[:0])
+		if err != nil {
+			return nil, buf, fmt.Errorf("zstd value: %v", err)
+		}
+		return out, out[:0], nil
+	}
+	out, err = inflate(f, v)
+	return out, buf, err
+}
+
 // inflatePage is inflate for element i of page p, with an error that
 // names the file, the page and the value's byte offset.
 func (db *DB) inflatePage(p []byte, i int, f uint32, v []byte) ([]byte, error) {

@@ -96,6 +96,20 @@ func TestCompressedValuesReadBack(t *testing.T) {
 					t.Fatalf("%s, no compression %v: Get %s: %d bytes, %v; want %d bytes", when, off, c.key, len(got), err, len(c.value))
 				}
 			}
+			// GetBuf with one buffer for all: a value stored as it is
+			// leaves the buffer alone (it must never hand out the
+			// mapping as a buffer to write into).
+			var buf []byte
+			for _, c := range cases {
+				got, next, err := b.GetBuf([]byte(c.key), buf)
+				if err != nil || !bytes.Equal(got, c.value) || got == nil {
+					t.Fatalf("%s: GetBuf %s: %d bytes, %v", when, c.key, len(got), err)
+				}
+				if (off || !c.compressed) && (cap(next) != cap(buf) || cap(buf) > 0 && &next[:1][0] != &buf[:1][0]) {
+					t.Fatalf("%s: GetBuf %s, stored as it is, replaced the buffer", when, c.key)
+				}
+				buf = next
+			}
 			cur := b.Cursor()
 			i := 0
 			for k, v := cur.First(); k != nil; k, v = cur.Next() {
