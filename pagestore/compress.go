@@ -19,12 +19,19 @@ import (
 // decoded, in memory of its own, so it outlives the transaction; only a
 // stored-as-is value points into the mapping.
 //
+// Why not below compressMin: every read of a compressed value pays the
+// decode and, outside GetBuf, an allocation. For a 256-byte value of one
+// letter, read by serializable ranges from 1000 clients, that was 1.3 us
+// more of the member's CPU per read (17.98 against 16.63 us, six pairs,
+// bench/RESULTS.md) to save 230 bytes; from 512 bytes up the saving is
+// larger and the decode is a smaller share of the read.
+//
 // A compressed value is covered by its page's checksum like any other
 // byte. If a value whose page checksum matches still fails to decode (a
 // writer's bug, not a disk error) the read returns a *PageError naming the
 // file, the page and the value's offset, and Tx.Check reports it.
 const (
-	compressMin  = 128
+	compressMin  = 512
 	compressGain = 16
 	zstdMin      = 32 << 10
 )
@@ -84,9 +91,9 @@ func (db *DB) compressValue(v []byte) ([]byte, uint32) {
 
 // looksRandom reports whether v is probably random, encrypted or already
 // compressed, so that trying to compress it would only cost time: about
-// 0.5 us for 300 random bytes with S2, where a member spends 30 us in
-// all on a put from 1000 clients. It counts the distinct bytes in 128 bytes sampled
-// from four places: random bytes show about 100 of the 256 values there,
+// 0.5 us for a few hundred random bytes with S2, where a member spends
+// 35 us in all on a put from 1000 clients. It counts the distinct bytes in
+// 128 bytes sampled from four places: random bytes show about 100 of the 256 values there,
 // text and protobuf far fewer. A value that repeats a random block is
 // missed and stored as it is, which costs space, never correctness.
 func looksRandom(v []byte) bool {

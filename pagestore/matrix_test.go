@@ -72,7 +72,7 @@ func TestCorruptionMatrix(t *testing.T) {
 			for i := 0; i < 400; i++ {
 				k := []byte(fmt.Sprintf("c-%04d", i))
 				if round%2 == 0 {
-					err = b.Put(k, bytes.Repeat([]byte{byte(round)}, 200))
+					err = b.Put(k, bytes.Repeat([]byte{byte(round)}, 600))
 				} else {
 					err = b.Delete(k)
 				}

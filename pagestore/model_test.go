@@ -136,8 +136,11 @@ func TestModel(t *testing.T) {
 		case 1:
 			n = zstdMin + rng.IntN(60000)
 		}
-		v := make([]byte, 0, n+16)
+		v := make([]byte, 0, n+compressMin+1016)
 		if rng.IntN(2) == 0 {
+			if rng.IntN(2) == 0 && n < compressMin {
+				n = compressMin + rng.IntN(1000)
+			}
 			for len(v) < n {
 				v = append(v, words[rng.IntN(len(words))]...)
 			}

@@ -75,7 +75,7 @@ type Options struct {
 	Logger *slog.Logger
 
 	// NoCompression stores every value as given. By default a value of
-	// 128 bytes or more is stored compressed (S2; zstd from 32 KiB) when
+	// 512 bytes or more is stored compressed (S2; zstd from 32 KiB) when
 	// that saves at least an eighth of it; readers always get the value
 	// as it was put. Files written either way read the same.
 	NoCompression bool
