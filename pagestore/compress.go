@@ -82,6 +82,9 @@ func (db *DB) compressValue(v []byte) ([]byte, uint32) {
 		}
 		out, flag = enc.EncodeAll(v, db.cbuf[:0]), elemFlagZstd
 		db.cbuf = out[:0]
+		if cap(db.cbuf) > 4<<20 {
+			db.cbuf = nil // out stays valid for the caller's copy; do not keep it
+		}
 	}
 	if len(v)-len(out) < max(len(v)/8, compressGain) {
 		return v, 0
@@ -92,10 +95,11 @@ func (db *DB) compressValue(v []byte) ([]byte, uint32) {
 // looksRandom reports whether v is probably random, encrypted or already
 // compressed, so that trying to compress it would only cost time: about
 // 0.5 us for a few hundred random bytes with S2, where a member spends
-// 35 us in all on a put from 1000 clients. It counts the distinct bytes in
-// 128 bytes sampled from four places: random bytes show about 100 of the 256 values there,
-// text and protobuf far fewer. A value that repeats a random block is
-// missed and stored as it is, which costs space, never correctness.
+// 35 us in all on a put from 1000 clients. It counts the distinct bytes
+// in 128 bytes sampled from four places: random bytes show about 100 of
+// the 256 values there, text and protobuf far fewer. A value that repeats
+// a random block is missed and stored as it is, which costs space, never
+// correctness.
 func looksRandom(v []byte) bool {
 	const chunk, limit = 32, 80
 	var set [4]uint64
