@@ -58,8 +58,8 @@ func (b *Bucket) Get(key []byte) ([]byte, error) {
 // before the next: a value stored compressed is decoded into buf when it
 // fits (else into new memory, kept as the next buffer), so such a value
 // is valid only until buf is used again; with a nil buf it is Get. It
-// returns the buffer to pass next time. buf must be memory
-// of the caller's, never a value a read returned.
+// returns the buffer to pass next time. buf must be memory of the
+// caller's, never a value a read returned.
 func (b *Bucket) GetBuf(key, buf []byte) (value, next []byte, err error) {
 	if err := b.usable(false); err != nil {
 		return nil, buf, err
