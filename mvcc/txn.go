@@ -62,8 +62,7 @@ func (v *view) stored(rev Revision) ([]byte, error) {
 // storedBuf is stored for a caller that copies each value before reading
 // the next: a value the page store keeps compressed is decoded into buf
 // and is valid only until buf is used again (with a nil buf, into memory
-// of its own). It returns
-// the buffer to pass next time.
+// of its own). It returns the buffer to pass next time.
 func (v *view) storedBuf(rev Revision, buf []byte) (raw, next []byte, err error) {
 	next = buf
 	if v.w != nil {

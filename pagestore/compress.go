@@ -114,40 +114,10 @@ func looksRandom(v []byte) bool {
 }
 
 // inflate returns the stored value v with element flags f as the
-// application wrote it.
+// application wrote it, decoded into memory of its own.
 func inflate(f uint32, v []byte) ([]byte, error) {
-	switch f & elemFlagsCompressed {
-	case 0:
-		return v, nil
-	case elemFlagS2:
-		n, err := s2.DecodedLen(v)
-		if err != nil {
-			return nil, fmt.Errorf("S2 value: %v", err)
-		}
-		if n > MaxValueSize {
-			return nil, fmt.Errorf("S2 value claims %d bytes", n)
-		}
-		out, err := s2.Decode(make([]byte, n), v)
-		if err != nil {
-			return nil, fmt.Errorf("S2 value: %v", err)
-		}
-		return out, nil
-	case elemFlagZstd:
-		_, dec, err := zstdCodecs()
-		if err != nil {
-			return nil, err
-		}
-		out, err := dec.DecodeAll(v, nil)
-		if err != nil {
-			return nil, fmt.Errorf("zstd value: %v", err)
-		}
-		if out == nil {
-			out = []byte{}
-		}
-		return out, nil
-	default:
-		return nil, fmt.Errorf("value flags %#x name two codecs", f)
-	}
+	out, _, err := inflateInto(f, v, nil)
+	return out, err
 }
 
 // inflateInto is inflate decoding into buf when it is large enough (else
@@ -160,7 +130,11 @@ func inflateInto(f uint32, v, buf []byte) (out, next []byte, err error) {
 			return nil, buf, fmt.Errorf("S2 value: length %d: %v", n, err)
 		}
 		if cap(buf) < n {
-			buf = make([]byte, n, n+n/4)
+			c := n
+			if buf != nil {
+				c += n / 4 // room for the next, slightly larger value
+			}
+			buf = make([]byte, n, c)
 		}
 		out, err := s2.Decode(buf[:n], v)
 		if err != nil {
@@ -176,10 +150,15 @@ func inflateInto(f uint32, v, buf []byte) (out, next []byte, err error) {
 		if err != nil {
 			return nil, buf, fmt.Errorf("zstd value: %v", err)
 		}
+		if out == nil {
+			out = []byte{} // an empty value is non-nil, as Get promises
+		}
 		return out, out[:0], nil
+	case 0:
+		return v, buf, nil
+	default:
+		return nil, buf, fmt.Errorf("value flags %#x name two codecs", f)
 	}
-	out, err = inflate(f, v)
-	return out, buf, err
 }
 
 // inflatePage is inflate for element i of page p, with an error that
