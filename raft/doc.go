@@ -30,6 +30,13 @@
 //  4. After the WAL write, the persisted index (the last index the WAL
 //     holds) is published to the state machine (StateMachine.Persisted)
 //     and to snapshot waiters.
+//  5. After a Ready that wrote entries, the raft goroutine yields its
+//     processor (runtime.Gosched) while that brings more proposals or
+//     messages, up to four times, before it drains them into the next
+//     Ready: under a load that saturates the CPUs, the goroutines queued
+//     for them hand over their proposals first and the next WAL write
+//     takes them all (letArrivalsIn). On an idle machine the yield
+//     returns at once.
 //
 // The apply goroutine calls the StateMachine, publishes the applied index
 // (WaitApplied, ReadIndex readers), and every SnapshotCount entries makes

@@ -38,7 +38,7 @@ func (n *Node) run() {
 		// Apply the bootstrap conf changes first: raft refuses to campaign
 		// while membership changes are pending.
 		for n.rn.HasReady() {
-			if err := n.handleReady(); err != nil {
+			if _, err := n.handleReady(); err != nil {
 				if err != errStopping {
 					n.fail(err)
 				}
@@ -74,7 +74,8 @@ func (n *Node) run() {
 		}
 		n.startReads()
 		for n.rn.HasReady() {
-			if err := n.handleReady(); err != nil {
+			wrote, err := n.handleReady()
+			if err != nil {
 				if err == errStopping {
 					err = ErrStopped
 				} else {
@@ -87,6 +88,9 @@ func (n *Node) run() {
 			// write join the next Ready: this is where raft-level batching
 			// comes from. On a follower, every MsgApp that queued up while
 			// it synced is persisted by one fdatasync instead of one each.
+			if wrote {
+				n.letArrivalsIn()
+			}
 			n.drainReceived()
 			n.drainProposals()
 			n.startReads()
@@ -94,6 +98,33 @@ func (n *Node) run() {
 		// A received snapshot that no Ready installed was refused by
 		// raft (the log already covers it).
 		n.discardReceived()
+	}
+}
+
+// arrivalTurns bounds how many times letArrivalsIn yields.
+const arrivalTurns = 4
+
+// letArrivalsIn yields the processor after a Ready whose entries were
+// written, up to arrivalTurns times, for as long as each turn brings new
+// proposals or peer messages, so that the next Ready (and its WAL write
+// and fdatasync) takes what the goroutines already runnable were about to
+// hand over. When nothing else is runnable, runtime.Gosched returns at
+// once and the loop goes on; when the CPUs are saturated (hundreds of
+// requests queued behind them), each turn lets the handlers propose, and
+// one WAL write carries a hundred puts instead of fifteen. Each write is
+// a fixed cost (the system calls, a Ready and an apply batch): etcd's
+// benchmark putting from 1000 clients ran 2,500 fewer fdatasyncs per
+// 50,000 puts, and the member spent about 10% less CPU per put (see
+// bench/RESULTS.md). A timer would not do: Go's timers below a
+// millisecond sleep a whole one on an idle machine, and one client's puts
+// ran at a fifth of their speed behind a 200 us sleep.
+func (n *Node) letArrivalsIn() {
+	for i := 0; i < arrivalTurns; i++ {
+		queued := len(n.propc) + len(n.recvc)
+		runtime.Gosched()
+		if len(n.propc)+len(n.recvc) == queued {
+			return
+		}
 	}
 }
 
@@ -139,8 +170,8 @@ func (n *Node) handleProposal(p proposal) {
 var errStopping = errors.New("raft: stopping")
 
 // handleReady persists, sends and hands over one Ready (see the package
-// doc for the order and why).
-func (n *Node) handleReady() error {
+// doc for the order and why); wrote says whether it held entries.
+func (n *Node) handleReady() (wrote bool, err error) {
 	rd := n.rn.Ready()
 	if rd.SoftState != nil {
 		if n.publishLeader(rd.SoftState.Lead) {
@@ -179,7 +210,7 @@ func (n *Node) handleReady() error {
 		select {
 		case n.applyc <- applyBatch{ents: rd.CommittedEntries, cs: n.confState.Load()}:
 		case <-n.stopc:
-			return errStopping
+			return false, errStopping
 		}
 	}
 	// A Ready that only moves the commit index needs no sync, and the
@@ -194,23 +225,23 @@ func (n *Node) handleReady() error {
 	if !etcdraft.IsEmptySnap(rd.Snapshot) {
 		var err error
 		if install, err = n.persistSnapshot(rd.Snapshot); err != nil {
-			return err
+			return false, err
 		}
 		if n.cfg.ConfChecker != nil {
 			// The next Ready's conf changes follow the image's index.
 			if err := n.cfg.ConfChecker.Load(install.path); err != nil {
-				return fmt.Errorf("raft: the membership of the snapshot at %d: %w", install.meta.Index, err)
+				return false, fmt.Errorf("raft: the membership of the snapshot at %d: %w", install.meta.Index, err)
 			}
 		}
 	}
 	if len(rd.Entries) > 0 || rd.MustSync || install != nil {
 		if err := n.wal.SaveAsync(rd.HardState, rd.Entries).Wait(); err != nil {
-			return fmt.Errorf("raft: persisting entries: %w", err)
+			return false, fmt.Errorf("raft: persisting entries: %w", err)
 		}
 	}
 	if install != nil {
 		if err := n.storage.ApplySnapshot(rd.Snapshot); err != nil {
-			return err
+			return false, err
 		}
 		cs := rd.Snapshot.GetMetadata().GetConfState()
 		n.confState.Store(cs)
@@ -219,7 +250,7 @@ func (n *Node) handleReady() error {
 		n.images.drop()
 	}
 	if err := n.storage.Append(rd.Entries); err != nil {
-		return err
+		return false, err
 	}
 	// After the write and the in-memory append: a snapshot waiting for
 	// this index finds the entries in storage.
@@ -234,7 +265,7 @@ func (n *Node) handleReady() error {
 		select {
 		case n.applyc <- applyBatch{restore: install}:
 		case <-n.stopc:
-			return errStopping
+			return false, errStopping
 		}
 	}
 	if rd.HardState != nil {
@@ -247,7 +278,7 @@ func (n *Node) handleReady() error {
 		n.send(rd.Messages)
 	}
 	n.rn.Advance(rd)
-	return nil
+	return len(rd.Entries) > 0, nil
 }
 
 func (n *Node) send(msgs []*raftpb.Message) {
