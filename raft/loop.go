@@ -54,7 +54,7 @@ func (n *Node) run() {
 			n.expireReads(now)
 			n.retryReads()
 		case p := <-n.propc:
-			n.handleProposal(p)
+			n.takeProposal(p)
 			n.drainProposals()
 		case m := <-n.recvc:
 			_ = n.rn.Step(m)
@@ -128,15 +128,19 @@ func (n *Node) letArrivalsIn() {
 	}
 }
 
+// drainProposals takes the proposals already queued, up to maxDrain, and
+// steps them into raft.
 func (n *Node) drainProposals() {
 	for i := 0; i < maxDrain; i++ {
 		select {
 		case p := <-n.propc:
-			n.handleProposal(p)
+			n.takeProposal(p)
 		default:
+			n.flushProposals()
 			return
 		}
 	}
+	n.flushProposals()
 }
 
 // drainReceived steps the peer messages already queued, up to maxDrain.
@@ -151,13 +155,49 @@ func (n *Node) drainReceived() {
 	}
 }
 
-func (n *Node) handleProposal(p proposal) {
-	var err error
+// takeProposal adds p to the batch flushProposals steps into raft; a
+// membership change goes alone, after the batch before it.
+//
+// Why a batch: raft's RawNode.Propose steps one MsgProp per entry, and a
+// leader answers each with an append to every follower and a message to
+// itself. One MsgProp holding every proposal that queued up during a WAL
+// write costs raft one step, and followers get one MsgApp with all the
+// entries instead of one each. Raft refuses or takes a MsgProp whole (no
+// leader, a leadership transfer in progress), and every proposal in it
+// hears the same answer.
+func (n *Node) takeProposal(p proposal) {
 	if p.cc != nil {
-		err = n.rn.ProposeConfChange(p.cc)
-	} else {
-		err = n.rn.Propose(p.data)
+		n.flushProposals()
+		answerProposal(p, n.rn.ProposeConfChange(p.cc))
+		return
 	}
+	n.batch = append(n.batch, p)
+	n.batchBytes += uint64(len(p.data))
+	if n.batchBytes >= n.cfg.MaxSizePerMsg {
+		n.flushProposals()
+	}
+}
+
+// flushProposals steps the batched proposals into raft as one MsgProp.
+func (n *Node) flushProposals() {
+	if len(n.batch) == 0 {
+		return
+	}
+	// A new slice each time: raft keeps the message (a follower forwards
+	// it to the leader in the next Ready).
+	ents := make([]*raftpb.Entry, len(n.batch))
+	for i := range n.batch {
+		ents[i] = &raftpb.Entry{Data: n.batch[i].data}
+	}
+	err := n.rn.Step(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: proto.Uint64(n.cfg.ID), Entries: ents})
+	for i := range n.batch {
+		answerProposal(n.batch[i], err)
+	}
+	clear(n.batch)
+	n.batch, n.batchBytes = n.batch[:0], 0
+}
+
+func answerProposal(p proposal, err error) {
 	if p.errc != nil {
 		p.errc <- err
 	} else if err != nil && p.onDrop != nil {

@@ -150,7 +150,11 @@ type Node struct {
 	fs      vfs.FS            // the WAL's file system, also for snapshot images
 	rn      *etcdraft.RawNode // owned by the raft goroutine
 
-	propc       chan proposal
+	propc chan proposal
+	// batch and batchBytes are the proposals taken and not yet stepped
+	// into raft (takeProposal); raft goroutine only.
+	batch       []proposal
+	batchBytes  uint64
 	recvc       chan *raftpb.Message
 	readc       chan struct{} // capacity 1: "readers are waiting"
 	applyc      chan applyBatch
