@@ -1,10 +1,14 @@
 package rafttest
 
 import (
+	"bytes"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 // TestFollowerBatchesQueuedAppends: appends that reach a follower while it
@@ -75,4 +79,87 @@ func startWithFollower(t *testing.T, seed uint64) (c *Cluster, lead, f *Member) 
 	}
 	t.Fatal("no follower")
 	return
+}
+
+// TestLeaderBatchesQueuedProposals: proposals that queue up while the
+// leader writes its WAL go to raft as one MsgProp, so each follower gets
+// them in one MsgApp instead of one MsgApp per proposal (raft answers each
+// MsgProp with an append to every follower).
+func TestLeaderBatchesQueuedProposals(t *testing.T) {
+	const backlog = 40
+	// A long election timeout: the leader's raft goroutine is held in an
+	// fdatasync below, and its followers must not elect another leader
+	// meanwhile on a slow machine.
+	c := NewCluster(t, Options{N: 3, Seed: 7, ElectionTicks: 200})
+	if _, err := c.ProposeAndWait([]byte("first"), 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	lead := c.Leader()
+	if lead == nil {
+		t.Fatal("no leader")
+	}
+	var mu sync.Mutex
+	apps := map[uint64]int{} // follower id -> MsgApps carrying queued entries
+	c.Net.SetObserver(func(from uint64, m *raftpb.Message) {
+		if from != lead.ID || m.GetType() != raftpb.MsgApp {
+			return
+		}
+		for _, e := range m.GetEntries() {
+			if bytes.HasPrefix(e.GetData(), []byte("q")) {
+				mu.Lock()
+				apps[m.GetTo()]++
+				mu.Unlock()
+				return
+			}
+		}
+	})
+	defer c.Net.SetObserver(nil)
+	gate := make(chan struct{})
+	blocked := make(chan struct{}, 1)
+	lead.FS.SetSyncDelay(func() time.Duration {
+		select {
+		case blocked <- struct{}{}:
+			<-gate
+		default:
+		}
+		return 0
+	})
+	if err := c.ProposeAsync(lead, []byte("hold")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-blocked:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the leader never synced the held entry")
+	}
+	// The raft goroutine waits in the fdatasync; these queue behind it
+	// (ProposeAsync returns once a proposal is queued).
+	for i := 0; i < backlog; i++ {
+		if err := c.ProposeAsync(lead, []byte(fmt.Sprintf("q%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lead.FS.SetSyncDelay(nil)
+	close(gate)
+	last, err := c.ProposeAndWait([]byte("last"), 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitApplied(last, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("MsgApps per follower carrying the %d queued proposals: %v", backlog, apps)
+	if len(apps) != 2 {
+		t.Fatalf("queued proposals reached %d followers, want 2", len(apps))
+	}
+	for id, n := range apps {
+		if n > 4 {
+			t.Fatalf("the leader sent follower %x %d MsgApps for %d queued proposals; want them in one (at most 4)", id, n, backlog)
+		}
+	}
+	if err := c.CheckConverged(last); err != nil {
+		t.Fatal(err)
+	}
 }
