@@ -5,7 +5,10 @@
 // # The Ready contract, as implemented
 //
 // The raft goroutine owns the RawNode. Each turn it drains every pending
-// proposal and message, then handles one Ready:
+// proposal and message, then handles one Ready. The proposals it drains
+// go to raft as one MsgProp (a membership change alone, in order), so a
+// leader appends them and sends each follower one MsgApp for them all,
+// where one MsgProp per proposal made one MsgApp each (takeProposal).
 //
 //  1. A leader hands its outbound messages to the transport first, so
 //     followers write their copies while the leader writes its own (the
