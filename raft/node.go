@@ -149,12 +149,12 @@ type Node struct {
 	wal     *wal.WAL
 	fs      vfs.FS            // the WAL's file system, also for snapshot images
 	rn      *etcdraft.RawNode // owned by the raft goroutine
-
-	propc chan proposal
 	// batch and batchBytes are the proposals taken and not yet stepped
 	// into raft (takeProposal); raft goroutine only.
-	batch       []proposal
-	batchBytes  uint64
+	batch      []proposal
+	batchBytes uint64
+
+	propc       chan proposal
 	recvc       chan *raftpb.Message
 	readc       chan struct{} // capacity 1: "readers are waiting"
 	applyc      chan applyBatch
