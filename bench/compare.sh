@@ -58,6 +58,16 @@ LOADER=$PWD/bin/stratabench
 [[ -x $STRATA && -x $LOADER ]] || { echo "bin/strata or bin/stratabench missing: run make build" >&2; exit 1; }
 base=${STRATA_BENCH_DIR:-$(mktemp -d)}
 mkdir -p "$base"
+# Each round's data dirs are removed once measured (a round leaves about
+# 250 MiB per member, and repeated runs filled a disk); their logs stay
+# in $base. A temporary $base goes at exit, and so do members still
+# running when the script is interrupted.
+PIDS=()
+cleanup() {
+	stop
+	[[ -n ${STRATA_BENCH_DIR:-} ]] || rm -rf "$base"
+}
+trap cleanup EXIT
 
 # ports N -> N distinct free ports, one per line (all bound at once, so
 # two calls in a row cannot hand out the same port twice)
@@ -104,7 +114,12 @@ start() {
 	echo "$name did not start" >&2; cat "$base/$name"*".$tag.log" >&2; exit 1
 }
 
-stop() { kill "${PIDS[@]}" 2>/dev/null; wait "${PIDS[@]}" 2>/dev/null || true; }
+stop() {
+	((${#PIDS[@]})) || return 0
+	kill "${PIDS[@]}" 2>/dev/null
+	wait "${PIDS[@]}" 2>/dev/null || true
+	PIDS=()
+}
 
 # leader -> the client host:port of the member that leads
 leader() {
@@ -282,6 +297,7 @@ for round in $(seq 1 "$ROUNDS"); do
 			done
 		fi
 		stop
+		rm -rf "${DIRS[@]}"
 		echo "$line"
 	done
 done
