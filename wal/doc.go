@@ -15,9 +15,7 @@
 // entry it was opened for, both as 16 hex digits. Sequence numbers have no
 // gaps. A segment is cut at SegmentSize bytes (64 MiB). Its disk space is
 // allocated and, by default, zero-filled by a background goroutine before
-// the writer needs it; the zeros are written with direct I/O where the
-// file system takes it (vfs.ZeroFill), so they do not pass through, or
-// evict anything from, the page cache. A new log's first segment starts with an eighth of
+// the writer needs it. A new log's first segment starts with an eighth of
 // that (8 MiB) and grows by as much whenever the writer comes within half
 // of it of the allocated end, so a new log takes about what it holds plus
 // 8 MiB. Each later segment is prepared whole once the current one is

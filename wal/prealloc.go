@@ -28,11 +28,14 @@ var (
 // when the disk has no room for a full one (never more than SegmentSize).
 const minSegmentFloor = 1 << 20
 
-// growPiece is the most the preallocator zero-fills at once: of the
-// current segment, so that the writer waits for a piece in flight only if
-// it has caught up with it; of a spare, so that closing the log waits for
-// one piece at most.
-const growPiece = 1 << 20
+// growPiece is the most the preallocator zero-fills of the current segment
+// at once: the writer waits for a piece in flight only if it has caught
+// up with it. It is written from growZeros zero bytes kept for the
+// purpose (a small buffer: it lives as long as the log).
+const (
+	growPiece = 1 << 20
+	growZeros = 64 << 10
+)
 
 // growChunk is how much of a segment is allocated at a time: an eighth of
 // the segment size (8 MiB of 64), in whole 4 KiB blocks, at least one.
@@ -101,6 +104,7 @@ type preallocator struct {
 	// which grows; growAll (tests only): every segment grows.
 	growFirst, growAll bool
 	zeroFill           bool
+	zero               []byte // growZeros zeros, once needed
 	log                *slog.Logger
 	// freeSpace reports the bytes available to the WAL directory's file
 	// system, if known; a hint that keeps a reduced segment from taking
@@ -341,9 +345,7 @@ func statfsFree(dir string) (int64, bool) {
 }
 
 // fillFile reserves size bytes for f. With zeroFill it writes zeros and
-// fdatasyncs, so later appends are plain overwrites. The zeros go a piece
-// at a time (vfs.ZeroFill: direct I/O where the file system takes it), so
-// that a closing log does not wait for a whole segment.
+// fdatasyncs, so later appends are plain overwrites.
 func fillFile(f vfs.File, size int64, zeroFill bool, stop <-chan struct{}) error {
 	if err := f.Preallocate(0, size); err != nil {
 		return err
@@ -351,13 +353,19 @@ func fillFile(f vfs.File, size int64, zeroFill bool, stop <-chan struct{}) error
 	if !zeroFill {
 		return nil
 	}
-	for off := int64(0); off < size; off += growPiece {
+	const chunk = 1 << 20
+	zero := make([]byte, chunk)
+	for off := int64(0); off < size; off += chunk {
 		select {
 		case <-stop:
 			return fmt.Errorf("wal: preallocation stopped")
 		default:
 		}
-		if err := vfs.ZeroFill(f, off, min(growPiece, size-off)); err != nil {
+		n := int64(chunk)
+		if size-off < n {
+			n = size - off
+		}
+		if _, err := f.WriteAt(zero[:n], off); err != nil {
 			return err
 		}
 	}
@@ -620,7 +628,17 @@ func (p *preallocator) fillRange(f vfs.File, off, n int64) error {
 	if !p.zeroFill {
 		return nil
 	}
-	return vfs.ZeroFill(f, off, n)
+	if p.zero == nil {
+		p.zero = make([]byte, growZeros)
+	}
+	for end := off + n; off < end; {
+		m := min(end-off, int64(len(p.zero)))
+		if _, err := f.WriteAt(p.zero[:m], off); err != nil {
+			return err
+		}
+		off += m
+	}
+	return nil
 }
 
 // removeTempFiles deletes prepared segment files left by a crash.

@@ -658,14 +658,13 @@ func TestGrowthFailureCutsTheSegment(t *testing.T) {
 			ffs := vfs.NewFaultFS(vfs.Default, func(ev vfs.Event) *vfs.Fault {
 				// Growth is the only preallocation of an installed segment
 				// at or past its first chunk; its zero fill is told from the
-				// writer's writes by size (the writer's are a few KiB here,
-				// vfs.ZeroFill's through a wrapper up to 64 KiB).
+				// writer's writes by size (the writer's are a few KiB here).
 				if strings.HasSuffix(ev.Path, tmpSuffix) || ev.Op != op {
 					return nil
 				}
 				switch {
 				case op == vfs.OpPreallocate && ev.Off >= chunk,
-					op == vfs.OpWrite && ev.Off >= chunk && ev.Len >= 16<<10:
+					op == vfs.OpWrite && ev.Off >= chunk && int64(ev.Len) == min(chunk, growZeros):
 					failed.Add(1)
 					return &vfs.Fault{Err: vfs.EIO}
 				}
