@@ -58,13 +58,17 @@ LOADER=$PWD/bin/stratabench
 [[ -x $STRATA && -x $LOADER ]] || { echo "bin/strata or bin/stratabench missing: run make build" >&2; exit 1; }
 base=${STRATA_BENCH_DIR:-$(mktemp -d)}
 mkdir -p "$base"
-# Each round's data dirs are removed once measured (a round leaves about
-# 250 MiB per member, and repeated runs filled a disk); their logs stay
-# in $base. A temporary $base goes at exit, and so do members still
-# running when the script is interrupted.
+# The data dirs are removed at exit (a round leaves about 250 MiB per
+# member, and repeated runs filled a disk), not after each round: on a
+# file system mounted with discard, freeing them sends the disk work
+# that the next server's round would share. Their logs stay in $base; a
+# temporary $base goes too, and so do members still running when the
+# script is interrupted.
 PIDS=()
+ALLDIRS=()
 cleanup() {
 	stop
+	if ((${#ALLDIRS[@]})); then rm -rf "${ALLDIRS[@]}"; fi
 	[[ -n ${STRATA_BENCH_DIR:-} ]] || rm -rf "$base"
 }
 trap cleanup EXIT
@@ -101,6 +105,7 @@ start() {
 		PIDS+=($!)
 		EPS+=("127.0.0.1:${cps[i]}")
 		DIRS+=("$dir")
+		ALLDIRS+=("$dir")
 	done
 	EP=$(IFS=,; echo "${EPS[*]}")
 	local pid
@@ -297,7 +302,6 @@ for round in $(seq 1 "$ROUNDS"); do
 			done
 		fi
 		stop
-		rm -rf "${DIRS[@]}"
 		echo "$line"
 	done
 done
