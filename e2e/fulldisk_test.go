@@ -79,6 +79,24 @@ func mountTmpfs(t *testing.T, name string, size int64) string {
 	return dir
 }
 
+// resizeTmpfs changes the size of the tmpfs mounted on dir.
+func resizeTmpfs(t *testing.T, dir string, size int64) {
+	t.Helper()
+	if out, err := exec.Command("mount", "-o", fmt.Sprintf("remount,size=%d", size), dir).CombinedOutput(); err != nil {
+		t.Fatalf("resize tmpfs on %s: %v: %s", dir, err, out)
+	}
+}
+
+// usedBytes is what the files on dir's file system take.
+func usedBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	return int64(st.Blocks-st.Bfree) * int64(st.Bsize)
+}
+
 func freeBytes(t *testing.T, dir string) int64 {
 	t.Helper()
 	var st syscall.Statfs_t
@@ -435,9 +453,13 @@ func TestFullDiskWAL(t *testing.T) {
 		cycles = 3
 	}
 	// The first segment, its spare and a reduced segment cut once space
-	// returns fill 144 MiB of 160; each further cycle needs room for one
-	// more full segment and its spare.
-	walFS := mountTmpfs(t, "walfs", 160*mib+int64(cycles-1)*128*mib)
+	// returns fill 144 MiB of 160. Each further cycle starts with the same
+	// 160 MiB free: how many segments a cycle leaves behind depends on
+	// timing (whether the first segment finished growing before the disk
+	// filled, how far the log ran past a segment's size before its spare
+	// came back), so a fixed total can run out in a later cycle.
+	const cycleRoom = 160 * mib
+	walFS := mountTmpfs(t, "walfs", cycleRoom)
 	dataFS := mountTmpfs(t, "datafs", 1024*mib)
 	walDir := filepath.Join(walFS, "wal")
 	srv, err := harness.NewServer(harness.ServerConfig{Bin: bin, Dir: t.TempDir(), DataDir: filepath.Join(dataFS, "data"),
@@ -446,6 +468,11 @@ func TestFullDiskWAL(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Stop() })
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the member's last log lines:\n%s", srv.LogTail(30))
+		}
+	})
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -460,6 +487,9 @@ func TestFullDiskWAL(t *testing.T) {
 	// time, so the log stops within a put of each condition: the disk is
 	// full only while the writes stay inside preallocated space.
 	for c := 0; c < cycles; c++ {
+		if c > 0 {
+			resizeTmpfs(t, walFS, usedBytes(t, walFS)+cycleRoom)
+		}
 		// The spare is prepared once the current segment is three quarters
 		// full: write until it exists (the first time, 128 MiB of the 160).
 		gen.putUntil(t, "the spare segment", 2*time.Minute, func() bool { return spareSegment(t, walDir) })
