@@ -83,6 +83,7 @@ func (t *Transport) servePipeline(w http.ResponseWriter, r *http.Request) {
 	if p := t.peer(m.GetFrom()); p != nil {
 		p.learn(r.Header)
 		p.received[chanPipeline].Add(1)
+		p.heard()
 	}
 	if err := t.cfg.Raft.Process(r.Context(), m); err != nil {
 		t.answerProcessError(w, err, "error processing raft message")
@@ -154,6 +155,7 @@ func (t *Transport) serveStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.learn(r.Header)
+	p.heard()
 	w.WriteHeader(http.StatusOK)
 	if err := http.NewResponseController(w).Flush(); err != nil {
 		return

@@ -197,6 +197,17 @@ func (p *peer) send(m *raftpb.Message) {
 	}
 }
 
+// heard is called when the peer showed it is up (it dialed our stream
+// endpoint, or a pipeline POST went either way): streams we could not
+// dial are dialed again now instead of after their backoff.
+func (p *peer) heard() {
+	for _, r := range p.readers {
+		if r != nil {
+			r.redialSoon()
+		}
+	}
+}
+
 // drop accounts for a message that was not sent: raft hears that the
 // peer is unreachable (and that a MsgSnap failed), the failure is
 // counted, and a warning is logged at most once a second.

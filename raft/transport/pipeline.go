@@ -99,6 +99,7 @@ func (pl *pipeline) handle(m *raftpb.Message) {
 	pl.t.m.sentBytes.WithLabelValues(pl.idStr).Add(float64(len(data)))
 	if pl.p != nil {
 		pl.p.sent[chanPipeline].Add(1)
+		pl.p.heard()
 	}
 }
 

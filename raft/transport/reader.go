@@ -36,13 +36,14 @@ type streamReader struct {
 	body io.Closer  // the response being read, closed by stop
 
 	connected   atomic.Bool
-	lastDialErr string       // run goroutine only: the last dial error logged
-	lastDropLog atomic.Int64 // unix nanos; rate-limits the drop warning
+	kick        chan struct{} // cuts the dial backoff short (redialSoon)
+	lastDialErr string        // run goroutine only: the last dial error logged
+	lastDropLog atomic.Int64  // unix nanos; rate-limits the drop warning
 	done        chan struct{}
 }
 
 func startStreamReader(p *peer, typ streamType) *streamReader {
-	r := &streamReader{p: p, typ: typ, done: make(chan struct{})}
+	r := &streamReader{p: p, typ: typ, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	r.log = p.status.log.With("stream-reader-type", typ.String())
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	go r.run()
@@ -50,6 +51,23 @@ func startStreamReader(p *peer, typ streamType) *streamReader {
 }
 
 func (r *streamReader) isConnected() bool { return r.connected.Load() }
+
+// redialSoon cuts a dial backoff short because the peer was just heard
+// from: it dialed one of our streams, or a pipeline message went through.
+// Members of a new cluster start one after another, so each one's first
+// dials fail and back off (up to DialRetryMax); without this, streams to
+// a member that has come up waited out that backoff while the election
+// and the first requests went through the pipeline. The redial still
+// comes no sooner than redialInterval after the previous dial.
+func (r *streamReader) redialSoon() {
+	if r.connected.Load() {
+		return
+	}
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
 
 func (r *streamReader) stop() {
 	r.cancel()
@@ -116,6 +134,18 @@ func (r *streamReader) run() {
 			timer.Stop()
 			return
 		case <-timer.C:
+		case <-r.kick:
+			timer.Stop()
+			backoff = cfg.DialRetryMin
+			if d := redialInterval - time.Since(dialed); d > 0 {
+				timer = time.NewTimer(d)
+				select {
+				case <-r.ctx.Done():
+					timer.Stop()
+					return
+				case <-timer.C:
+				}
+			}
 		}
 	}
 }

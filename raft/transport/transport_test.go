@@ -324,6 +324,32 @@ func TestPipelineWithoutStreams(t *testing.T) {
 	poll.Until(t, "the answer through b's remote for a", func() bool { return a.raft.count(raftpb.MsgVoteResp) == 1 })
 }
 
+// TestStreamsDialedOnceThePeerIsUp: members of a new cluster start one
+// after another, so a member's first dials to a peer that is not up yet
+// fail and back off. Once the peer is up and dials our streams, ours to
+// it are dialed at once, not after the backoff (an hour here: waiting it
+// out would time out). Without that, a member reported ready with its
+// messages still going through the pipeline, around a peer proxy that
+// blackholed its streams (etcd's TestHTTPLivezReadyzHandler).
+func TestStreamsDialedOnceThePeerIsUp(t *testing.T) {
+	slow := func(c *Config) { c.DialRetryMin, c.DialRetryMax = time.Hour, time.Hour }
+	a, b := newMember(t, 1, 100, nil, slow), newMember(t, 2, 100, nil, slow)
+	b.stop() // not up yet; its address is kept
+	if err := a.tr.AddPeer(2, []string{b.url}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "a's first dials to b to fail", func() bool {
+		st, _ := a.tr.PeerStatus(2)
+		return st.LastError != ""
+	})
+	b.restart()
+	if err := b.tr.AddPeer(1, []string{a.url}); err != nil {
+		t.Fatal(err)
+	}
+	waitStreams(t, a, b)
+	waitStreams(t, b, a)
+}
+
 // TestLostStreamRedialedAtOnce: as etcd's stream readers, a stream that
 // was up is redialed as soon as it is lost instead of after the dial
 // backoff, so a peer that went away is found unreachable (inactive) at
