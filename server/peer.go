@@ -116,35 +116,48 @@ func newPeers(s *Server) (*peers, error) {
 	return p, nil
 }
 
-// listen binds every peer URL, so a taken port fails the start before
-// raft runs.
-func (p *peers) listen() error {
-	cfg := p.s.cfg
+// listenPeers binds every peer URL. The server does it first thing after
+// taking the data dir's lock, as etcd binds its listeners before it
+// opens the WAL and the backend: a taken port fails the start before the
+// WAL is created, and a member that dials this one while it is still
+// starting (probing its disk, opening its WAL) has its connection held
+// in the listen backlog until serve, not refused. A refused dial backs
+// off, and a TCP proxy in front of the port (etcd's e2e peer proxy) that
+// cannot reach the port keeps the dialer's connection open without an
+// answer until the read timeout.
+func listenPeers(cfg *config.Config) (_ []net.Listener, err error) {
 	var tlsCfg *tls.Config
 	for _, u := range cfg.ListenPeerURLs {
 		if u.Scheme == "https" && tlsCfg == nil {
 			base, err := cfg.PeerTLS()
 			if err != nil {
-				return fmt.Errorf("peer TLS: %w", err)
+				return nil, fmt.Errorf("peer TLS: %w", err)
 			}
 			if base == nil {
-				return fmt.Errorf("listen on peer url %s: https needs --peer-cert-file and --peer-key-file, or --peer-auto-tls", u.String())
+				return nil, fmt.Errorf("listen on peer url %s: https needs --peer-cert-file and --peer-key-file, or --peer-auto-tls", u.String())
 			}
 			tlsCfg = transport.ServerTLS(base, cfg.PeerSecurity.SkipClientSANVerify)
 		}
 	}
+	var ls []net.Listener
+	defer func() {
+		if err != nil {
+			for _, l := range ls {
+				l.Close()
+			}
+		}
+	}()
 	for _, u := range cfg.ListenPeerURLs {
 		l, err := listen(u)
 		if err != nil {
-			p.closeListeners()
-			return fmt.Errorf("listen on peer url %s: %w", u.String(), err)
+			return nil, fmt.Errorf("listen on peer url %s: %w", u.String(), err)
 		}
 		if u.Scheme == "https" {
 			l = tls.NewListener(l, tlsCfg)
 		}
-		p.listeners = append(p.listeners, l)
+		ls = append(ls, l)
 	}
-	return nil
+	return ls, nil
 }
 
 // serve adds every other member as a peer and serves the peer port.

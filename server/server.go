@@ -157,6 +157,9 @@ type storageHooks struct {
 	// deleteWait runs when a lock or campaign starts waiting for the
 	// deletion of key (the holder before it).
 	deleteWait func(key []byte)
+	// beforeDiskProbe runs in newServer right before the WAL disk probe,
+	// the slow part of a start.
+	beforeDiskProbe func()
 }
 
 func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Server, err error) {
@@ -165,10 +168,15 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	}
 	s := &Server{cfg: cfg, lg: lg, wait: newWaitRegistry(),
 		readyc: make(chan struct{}), stopping: make(chan struct{}), done: make(chan struct{})}
+	var peerListeners []net.Listener // the peers' until newPeers
 	defer func() {
 		if err != nil {
 			if s.peers != nil {
 				s.peers.stop()
+			} else {
+				for _, l := range peerListeners {
+					l.Close()
+				}
 			}
 			if s.node != nil {
 				s.node.Stop()
@@ -196,6 +204,14 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	}
 	if s.db, err = s.openPageStore(); err != nil {
 		return nil, fmt.Errorf("open backend %s: %w", cfg.BackendPath(), err)
+	}
+	// Bound before the disk probe and the WAL (see listenPeers); served
+	// once raft runs.
+	if peerListeners, err = listenPeers(cfg); err != nil {
+		return nil, err
+	}
+	if hooks.beforeDiskProbe != nil {
+		hooks.beforeDiskProbe()
 	}
 	// After the page store's lock, so a second server on this data dir
 	// fails before it writes anything in the WAL dir.
@@ -252,14 +268,10 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	}
 	s.reqIDs = newIDGenerator(s.id, time.Now())
 	s.applier = newApplier(s)
-	// The peer port is bound before raft starts, so a taken port fails
-	// the start before the WAL is created; it serves once the node runs.
 	if s.peers, err = newPeers(s); err != nil {
 		return nil, err
 	}
-	if err := s.peers.listen(); err != nil {
-		return nil, err
-	}
+	s.peers.listeners = peerListeners
 	peers := s.bootstrapPeers()
 	maxWALs := int(cfg.MaxWALs)
 	if maxWALs == 0 {
