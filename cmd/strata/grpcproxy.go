@@ -230,6 +230,17 @@ func (f *grpcProxyFlags) config(lg *slog.Logger) (grpcproxy.Config, error) {
 			if err != nil {
 				return cfg, err
 			}
+			// As etcd's proxy: the members would take a Common Name in
+			// its client certificate for a user name, so it must have none.
+			if kp.Leaf == nil && len(kp.Certificate) > 0 {
+				if kp.Leaf, err = x509.ParseCertificate(kp.Certificate[0]); err != nil {
+					return cfg, fmt.Errorf("%s: %w", f.cert, err)
+				}
+			}
+			if kp.Leaf != nil && kp.Leaf.Subject.CommonName != "" {
+				cn := kp.Leaf.Subject.CommonName
+				return cfg, fmt.Errorf("cert has non empty Common Name (%s): %s", cn, f.cert)
+			}
 			c.Certificates = []tls.Certificate{kp}
 		}
 		cfg.ClientTLS = c
