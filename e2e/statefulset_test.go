@@ -11,6 +11,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -144,6 +145,39 @@ func (ps *podSet) waitVoters(via int, names ...string) map[string]uint64 {
 }
 
 func (ps *podSet) logHas(o int, text string) bool { return harnessLogHas(ps.pods[o], text) }
+
+// TestStatefulSetLatePod: a pod of a new StatefulSet that starts after
+// another pod is already up finds the cluster's bootstrap record of its
+// own member (named from --initial-cluster, as etcd names every bootstrap
+// member, but never started: no client URLs) and joins the bootstrap. It
+// used to take the record for a stale one from a lost volume and try to
+// remove it from a cluster with no quorum yet, and never started.
+func TestStatefulSetLatePod(t *testing.T) {
+	bin := strataTarget(t)
+	ps := newPodSet(t, bin, "late")
+	ps.scaleTo(3)
+	first := make(chan error, 1)
+	go func() { first <- ps.pods[0].Start() }() // ready only once a second member runs
+	poll.Until(t, "late-0 to serve its peer port", func() bool {
+		resp, err := http.Get(ps.pods[0].PeerURL + "/members")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	ps.start(1)
+	if err := <-first; err != nil {
+		t.Fatalf("start late-0: %v", err)
+	}
+	ps.start(2)
+	ps.waitVoters(0, "late-0", "late-1", "late-2")
+	for o := 1; o < 3; o++ {
+		if !ps.logHas(o, "joining the bootstrap") {
+			t.Errorf("late-%d did not join the bootstrap:\n%s", o, ps.pods[o].LogTail(20))
+		}
+	}
+}
 
 func TestStatefulSetScale(t *testing.T) {
 	bin := strataTarget(t)

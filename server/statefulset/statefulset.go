@@ -140,7 +140,12 @@ func Prepare(ctx context.Context, cfg *config.Config, initialized bool, lg *slog
 	case members == nil:
 		d.Why = "no other member answers; bootstrapping the cluster from --initial-cluster"
 		return d, nil
-	case listed != nil && listed.Name == "" && listed.ID == membership.MemberID(urls(self), cfg.InitialClusterToken):
+	case listed != nil && listed.ID == membership.MemberID(urls(self), cfg.InitialClusterToken) &&
+		(listed.Name == "" || len(listed.ClientURLs) == 0):
+		// This member's bootstrap record, never started: a member that
+		// did start has published its client URLs. The bootstrap names
+		// every member from --initial-cluster (as etcd does), so the
+		// name alone does not tell.
 		d.Why = "the cluster lists this member from its bootstrap; joining the bootstrap"
 		return d, nil
 	}
