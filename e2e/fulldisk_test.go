@@ -87,22 +87,23 @@ func resizeTmpfs(t *testing.T, dir string, size int64) {
 	}
 }
 
-// usedBytes is what the files on dir's file system take.
-func usedBytes(t *testing.T, dir string) int64 {
+func statfs(t *testing.T, dir string) syscall.Statfs_t {
 	t.Helper()
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err != nil {
 		t.Fatal(err)
 	}
+	return st
+}
+
+// usedBytes is what the files on dir's file system take.
+func usedBytes(t *testing.T, dir string) int64 {
+	st := statfs(t, dir)
 	return int64(st.Blocks-st.Bfree) * int64(st.Bsize)
 }
 
 func freeBytes(t *testing.T, dir string) int64 {
-	t.Helper()
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		t.Fatal(err)
-	}
+	st := statfs(t, dir)
 	return int64(st.Bavail) * int64(st.Bsize)
 }
 

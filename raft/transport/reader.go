@@ -129,22 +129,18 @@ func (r *streamReader) run() {
 			wait = redialInterval - time.Since(dialed)
 		}
 		timer := time.NewTimer(wait)
-		select {
-		case <-r.ctx.Done():
-			timer.Stop()
-			return
-		case <-timer.C:
-		case <-r.kick:
-			timer.Stop()
-			backoff = cfg.DialRetryMin
-			if d := redialInterval - time.Since(dialed); d > 0 {
-				timer = time.NewTimer(d)
-				select {
-				case <-r.ctx.Done():
-					timer.Stop()
-					return
-				case <-timer.C:
-				}
+		for waiting := true; waiting; {
+			select {
+			case <-r.ctx.Done():
+				timer.Stop()
+				return
+			case <-timer.C:
+				waiting = false
+			case <-r.kick:
+				// The peer is up: redial now, but no sooner than
+				// redialInterval after the last dial.
+				backoff = cfg.DialRetryMin
+				timer.Reset(max(0, redialInterval-time.Since(dialed)))
 			}
 		}
 	}
