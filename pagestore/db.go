@@ -190,7 +190,7 @@ func (db *DB) open() error {
 		size = int64(m.hwm) * int64(m.pageSize)
 	}
 	db.pageSize = int(m.pageSize)
-	if int64(m.hwm)*int64(db.pageSize) > size {
+	if m.hwm > pgid(size/int64(db.pageSize)) {
 		return corruptf(db.path, "file is %d bytes but the meta of tx %d needs %d pages of %d bytes", size, m.txid, m.hwm, db.pageSize)
 	}
 	if ro && size > db.opts.MaxMapSize {

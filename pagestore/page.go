@@ -3,6 +3,7 @@ package pagestore
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -164,6 +165,10 @@ func decodeMeta(buf []byte, slot pgid) (*meta, error) {
 		hwm:          pgid(le.Uint64(p[metaOffHWM:])),
 		txid:         le.Uint64(p[metaOffTxID:]),
 		nextBucketID: le.Uint32(p[metaOffNextBucket:]),
+	}
+	if m.hwm > pgid(math.MaxInt64/int64(ps)) {
+		// Its byte size would overflow an int64: no file is that long.
+		return nil, fmt.Errorf("meta hwm %d pages of %d bytes is beyond any file", m.hwm, ps)
 	}
 	if m.hwm < numMetaPages+1 || m.root < numMetaPages || m.root >= m.hwm || m.flHead >= m.hwm || (m.flHead != 0 && m.flHead < numMetaPages) {
 		return nil, fmt.Errorf("meta fields out of range (root %d freelist %d hwm %d)", m.root, m.flHead, m.hwm)
