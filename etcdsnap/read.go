@@ -272,9 +272,10 @@ func (b *BoltFile) Buckets() ([]BoltBucket, error) {
 	return out, err
 }
 
-// ForEach calls fn for every key and value of bucket bk, in key order.
-// The slices are valid only during the call.
-func (b *BoltFile) ForEach(bk BoltBucket, fn func(k, v []byte) error) error {
+// ForEach calls fn for every key and value of bucket bk, in key order,
+// with the file offset of the record's leaf element (for fn's errors to
+// name). The slices are valid only during the call.
+func (b *BoltFile) ForEach(bk BoltBucket, fn func(k, v []byte, off int64) error) error {
 	leafFn := func(nd *node, i int) error {
 		flags, k, v, err := b.leafElem(nd, i)
 		if err != nil {
@@ -283,7 +284,7 @@ func (b *BoltFile) ForEach(bk BoltBucket, fn func(k, v []byte) error) error {
 		if flags&bucketLeafFlag != 0 {
 			return b.corrupt(nd.off, "bucket %q holds a nested bucket %q, which etcd never writes", bk.Name, k)
 		}
-		return fn(k, v)
+		return fn(k, v, nd.off+int64(pageHeaderSize+i*leafElemSize))
 	}
 	if bk.root != 0 {
 		return b.walk(bk.root, leafFn)
@@ -351,11 +352,11 @@ func ToPageStore(src, dst string, opts *pagestore.Options, progress func(int64))
 			return err
 		}
 		rekey := bytes.Equal(bk.Name, schema.Members) || bytes.Equal(bk.Name, schema.MembersRemoved)
-		err := in.ForEach(bk, func(k, v []byte) error {
+		err := in.ForEach(bk, func(k, v []byte, off int64) error {
 			if rekey {
 				id, err := strconv.ParseUint(string(k), 16, 64)
 				if err != nil {
-					return fmt.Errorf("%w: %s: bucket %q: member key %q is not a hex id", ErrCorrupt, src, bk.Name, k)
+					return in.corrupt(off, "bucket %q: member key %q is not a hex id", bk.Name, k)
 				}
 				k = membership.Key(id)
 			}

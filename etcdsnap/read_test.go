@@ -93,7 +93,7 @@ func readAll(t *testing.T, path string) map[string]map[string][]byte {
 	for _, bk := range bks {
 		m := map[string][]byte{}
 		var last []byte
-		err := bf.ForEach(bk, func(k, v []byte) error {
+		err := bf.ForEach(bk, func(k, v []byte, _ int64) error {
 			if last != nil && bytes.Compare(last, k) >= 0 {
 				return fmt.Errorf("keys out of order: %x after %x", k, last)
 			}
