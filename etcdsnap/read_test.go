@@ -15,6 +15,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/strata-db/strata/pagestore"
+
+	"github.com/strata-db/strata/internal/testseed"
 )
 
 // writeBoltFixture writes, with the real bbolt, a database shaped like
@@ -128,8 +130,7 @@ func sameContents(t *testing.T, what string, got, want map[string]map[string][]b
 }
 
 func TestReadBoltMatchesBbolt(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testseed.Seed(t)
 	path := filepath.Join(t.TempDir(), "etcd.db")
 	want := writeBoltFixture(t, path, seed)
 	sameContents(t, "read", readAll(t, path), want)
@@ -178,8 +179,7 @@ func TestReadBoltMatchesBbolt(t *testing.T) {
 // zeroed sectors, truncation) and reads it all: each read either works
 // or fails with ErrCorrupt naming the file and an offset; none panics.
 func TestReadBoltCorruption(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 2))
 	dir := t.TempDir()
 	clean := filepath.Join(dir, "clean.db")

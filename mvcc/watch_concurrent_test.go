@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/strata-db/strata/internal/poll"
+	"github.com/strata-db/strata/internal/testseed"
 )
 
 // histEvent is one change as the apply hook saw it.
@@ -28,8 +29,7 @@ type histEvent struct {
 // matching history from its start, in order, with no gap or duplicate;
 // canceled ones a prefix of it. Run it with -race.
 func TestWatchConcurrent(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testseed.Seed(t)
 	var histMu sync.Mutex
 	var hist []histEvent
 	ts := openWatchStoreCfg(t, StoreConfig{OnEvents: func(rev int64, evs []Event) {

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/strata-db/strata/internal/testseed"
 )
 
 const killChildEnv = "STRATA_PAGESTORE_KILL_CHILD"
@@ -97,7 +99,7 @@ func TestKillLoop(t *testing.T) {
 		iterations, _ = strconv.Atoi(s)
 	}
 	path := tmpDB(t)
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	rng := rand.New(rand.NewPCG(testseed.Seed(t), 1)) // the kill moments
 	var lastAck uint64
 	for it := 0; it < iterations; it++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestKillLoop$", "-test.count=1")
