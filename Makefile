@@ -7,7 +7,7 @@ GO       ?= go
 BIN      := bin
 DATA_DIR ?= default.strata
 # Fuzz time per target inside `make test`; `make fuzz-long` runs longer.
-FUZZTIME ?= 15s
+FUZZTIME ?= 10s
 
 .PHONY: all build run test unit fuzz fuzz-long bench bench-engine bench-readpath bench-compare bench-stratabench vet fmt-check clean e2e e2e-bin disk-check disk-check-short
 .PHONY: etcd-src testguard testguard-test fulldisk fulldisk-long robustness slow-follower etcd-e2e etcd-e2e-short linearizability linearizability-long scale-long powerloss-long proxy-diff k8s-chart k8s monitoring migrate-long
@@ -62,7 +62,7 @@ testguard-test:
 
 # Short fuzz runs of every fuzz target (package:Func); each runs FUZZTIME.
 FUZZ_TARGETS := wal:FuzzDecodeRecord lease:FuzzRecordDecode raft/transport:FuzzMessageStream raft/transport:FuzzMsgAppV2Stream server:FuzzClientRPC server:FuzzDecodeFast \
-	pagestore:FuzzOpenDamagedFile etcdsnap:FuzzToPageStore mvcc:FuzzOpenStore server/config:FuzzParse
+	pagestore:FuzzOpenDamagedFile etcdsnap:FuzzToPageStore mvcc:FuzzOpenStore server/config:FuzzParse wal:FuzzOpenDir
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
