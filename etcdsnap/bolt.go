@@ -98,10 +98,16 @@ func metaPage(id, root, hwm uint64) []byte {
 	le.PutUint64(p[metaOffFreelist:], pgidFreelist)
 	le.PutUint64(p[metaOffPgid:], hwm)
 	le.PutUint64(p[metaOffTxid:], id) // txid % 2 names the slot
+	le.PutUint64(p[metaOffChecksum:], metaChecksum(p))
+	return p
+}
+
+// metaChecksum is the checksum bbolt stores in meta page p: FNV-1a 64
+// over the meta from magic to txid.
+func metaChecksum(p []byte) uint64 {
 	h := fnv.New64a()
 	h.Write(p[metaOffMagic:metaOffChecksum])
-	le.PutUint64(p[metaOffChecksum:], h.Sum64())
-	return p
+	return h.Sum64()
 }
 
 // freelistPage returns the (empty) freelist page: no page below the

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,9 +108,7 @@ func resealMetas(img []byte) {
 		if len(m) < metaOffChecksum+8 {
 			return
 		}
-		h := fnv.New64a()
-		h.Write(m[metaOffMagic:metaOffChecksum])
-		le.PutUint64(m[metaOffChecksum:], h.Sum64())
+		le.PutUint64(m[metaOffChecksum:], metaChecksum(m))
 	}
 }
 

@@ -16,7 +16,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"os"
 	"strconv"
@@ -126,9 +125,7 @@ func checkMeta(p []byte) string {
 	if v := le.Uint32(p[metaOffVersion:]); v != boltVersion {
 		return fmt.Sprintf("format version %d, want %d", v, boltVersion)
 	}
-	h := fnv.New64a()
-	h.Write(p[metaOffMagic:metaOffChecksum])
-	if got, want := le.Uint64(p[metaOffChecksum:]), h.Sum64(); got != want {
+	if got, want := le.Uint64(p[metaOffChecksum:]), metaChecksum(p); got != want {
 		return fmt.Sprintf("checksum %#x, computed %#x", got, want)
 	}
 	return ""

@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/cespare/xxhash/v2"
 )
 
 // fuzzImage builds a small database with every kind of page: a bucket
@@ -100,8 +98,7 @@ func reseal(img []byte) {
 				run = (1 + n) * ps
 			}
 		}
-		p := img[off : off+run]
-		le.PutUint64(p[offChecksum:], xxhash.Sum64(p[offID:]))
+		sealPage(img[off : off+run])
 		off += run
 	}
 }
