@@ -126,12 +126,10 @@ func (b *Bucket) get(key []byte) ([]byte, uint32, error) {
 			continue
 		}
 		cnt := pgCount(p)
-		if pgFlags(p) == flagLeaf {
-			i := searchPage(p, cnt, key, 8, 0)
-			if i < cnt {
-				if f, k, v := leafElem(p, i); bytes.Equal(k, key) {
-					return v, f, nil
-				}
+		if isLeafPage(p) {
+			if i := searchLeaf(p, key); i < cnt && leafCompare(p, i, key) == 0 {
+				f, v := leafValue(p, i)
+				return v, f, nil
 			}
 			return nil, 0, nil
 		}
@@ -286,7 +284,7 @@ func (b *Bucket) pageNode(id pgid) ([]byte, *node, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if f := pgFlags(p); f != flagLeaf && f != flagBranch {
+	if f := pgFlags(p); !isLeafFlags(f) && f != flagBranch {
 		return nil, nil, corruptf(b.tx.db.path, "page %d: expected a tree page of bucket %q, found flags %#x", id, b.name, f)
 	}
 	return p, nil, nil

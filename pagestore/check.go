@@ -346,7 +346,7 @@ func (c *checker) walk(id pgid, owner uint32, bucket, lo, hi []byte, depth int, 
 		}
 	}
 	switch pgFlags(p) {
-	case flagLeaf:
+	case flagLeaf, flagLeafPacked:
 		c.rep.LeafPages++
 		c.layout(id, p, what)
 		if d, ok := c.depth[owner]; ok && d != depth {
@@ -356,14 +356,17 @@ func (c *checker) walk(id pgid, owner uint32, bucket, lo, hi []byte, depth int, 
 		if n == 0 && depth > 0 {
 			c.problem(id, "%s: empty non-root leaf", what)
 		}
+		var prev []byte
 		for i := 0; i < n; i++ {
-			f, k, v := leafElem(p, i)
+			f, v := leafValue(p, i)
+			k := appendLeafKey(nil, p, i)
 			if i == 0 && lo != nil && !bytes.Equal(k, lo) {
 				c.problem(id, "%s: leaf first key %x differs from the parent's key %x", what, k, lo)
 			}
-			if i > 0 && bytes.Compare(leafKey(p, i-1), k) >= 0 {
-				c.problem(id, "%s: element %d key %x not after the previous key %x", what, i, k, leafKey(p, i-1))
+			if i > 0 && bytes.Compare(prev, k) >= 0 {
+				c.problem(id, "%s: element %d key %x not after the previous key %x", what, i, k, prev)
 			}
+			prev = k
 			inRange(k, i)
 			switch {
 			case leafFn != nil:
@@ -414,6 +417,10 @@ func (c *checker) walk(id pgid, owner uint32, bucket, lo, hi []byte, depth int, 
 // the report gives the average leaf fill instead.)
 func (c *checker) layout(id pgid, p []byte, what string) {
 	n := pgCount(p)
+	if pgFlags(p) == flagLeafPacked {
+		c.packedLayout(id, p, what)
+		return
+	}
 	leaf := pgFlags(p) == flagLeaf
 	end := pageHeaderSize + n*elemSize
 	for i := 0; i < n; i++ {
@@ -437,5 +444,29 @@ func (c *checker) layout(id pgid, p []byte, what string) {
 	if leaf {
 		c.leafUsed += int64(end)
 		c.leafCap += int64(len(p))
+	}
+}
+
+// packedLayout is layout for a packed leaf (packed.go): its prefix and
+// suffix must be the ones node.write picks for its keys, so that a page
+// the writer would lay out differently is reported.
+func (c *checker) packedLayout(id pgid, p []byte, what string) {
+	n := pgCount(p)
+	end := int(le.Uint16(p[packedOffsets+2*n:]))
+	c.leafUsed += int64(end)
+	c.leafCap += int64(len(p))
+	if n == 0 {
+		return
+	}
+	inodes := make([]inode, n)
+	for i := range inodes {
+		in := &inodes[i]
+		in.flags, in.value = leafValue(p, i)
+		in.key = appendLeafKey(nil, p, i)
+	}
+	s := packedLayout(inodes)
+	if pl, sl := int(p[pageHeaderSize]), int(p[pageHeaderSize+1]); pl != s.pl || sl != s.sl || end != s.size {
+		c.problem(id, "%s: packed leaf with prefix %d suffix %d and %d bytes, want %d, %d and %d",
+			what, pl, sl, end, s.pl, s.sl, s.size)
 	}
 }

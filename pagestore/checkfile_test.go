@@ -79,44 +79,92 @@ func TestCheckFileCleanReportAndProgress(t *testing.T) {
 	}
 }
 
+// decodeLeaf returns the elements of leaf page p, in either format, as
+// a node that can be written back with writeClassic or writePacked (over
+// p itself: the node holds copies).
+func decodeLeaf(p []byte) *node {
+	n := &node{b: &Bucket{id: pgOwner(p)}, leaf: true, inodes: make([]inode, pgCount(p))}
+	for i := range n.inodes {
+		in := &n.inodes[i]
+		var v []byte
+		in.flags, v = leafValue(p, i)
+		in.key, in.value = appendLeafKey(nil, p, i), bytes.Clone(v)
+	}
+	return n
+}
+
 // TestCheckFileLayout: a leaf whose checksum is right but whose elements
-// are not packed as the writer packs them (a writer bug, or a crafted
-// file) is reported at its offset.
+// are not laid out as the writer lays them out (a writer bug, or a
+// crafted file) is reported at its offset, in both leaf formats.
 func TestCheckFileLayout(t *testing.T) {
-	path := tmpDB(t)
-	fillDB(t, path, 500)
-	db := openT(t, path, nil)
-	var leaf pgid
-	db.View(func(tx *Tx) error {
-		b, _ := tx.Bucket([]byte("b"))
-		for id := b.root; ; {
-			p, _ := db.page(id, tx.meta.hwm)
-			if pgFlags(p) == flagLeaf {
-				leaf = id
-				break
+	for _, format := range []string{"classic", "packed"} {
+		t.Run(format, func(t *testing.T) {
+			path := tmpDB(t)
+			want := flagLeafPacked
+			if format == "classic" {
+				want = flagLeaf
+				raw := writeVersion2(t, path, func() { fillDB(t, path, 500) })
+				if err := os.WriteFile(path, raw, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				fillDB(t, path, 500)
 			}
-			_, id = branchElem(p, 0)
-		}
-		return nil
-	})
-	ps := db.pageSize
-	db.Close()
-	raw, _ := os.ReadFile(path)
-	p := raw[int(leaf)*ps : (int(leaf)+1)*ps]
-	n := pgCount(p)
-	e := p[pageHeaderSize+(n-1)*elemSize:]
-	le.PutUint32(e[4:], le.Uint32(e[4:])+1) // last element's data one byte later: a gap
-	sealPage(p)
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := CheckFile(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := fmt.Sprintf("page %d (offset %d): bucket \"b\": element %d data at byte", leaf, int(leaf)*ps, n-1)
-	if rep.OK() || !strings.Contains(rep.Err().Error(), want) {
-		t.Fatalf("want %q in %v", want, rep.Err())
+			db := openT(t, path, nil)
+			var leaf pgid
+			db.View(func(tx *Tx) error {
+				b, _ := tx.Bucket([]byte("b"))
+				for id := b.root; ; {
+					p, _ := db.page(id, tx.meta.hwm)
+					if isLeafPage(p) {
+						leaf = id
+						break
+					}
+					_, id = branchElem(p, 0)
+				}
+				return nil
+			})
+			ps := db.pageSize
+			db.Close()
+			raw, _ := os.ReadFile(path)
+			p := raw[int(leaf)*ps : (int(leaf)+1)*ps]
+			if pgFlags(p) != want {
+				t.Fatalf("the writer left leaf %d in format %#x, want %#x", leaf, pgFlags(p), want)
+			}
+			n := decodeLeaf(p)
+			var problem string
+			if format == "classic" {
+				// A gap before the last element's data.
+				e := p[pageHeaderSize+(len(n.inodes)-1)*elemSize:]
+				le.PutUint32(e[4:], le.Uint32(e[4:])+1)
+				sealPage(p)
+				problem = fmt.Sprintf("page %d (offset %d): bucket \"b\": element %d data at byte", leaf, int(leaf)*ps, len(n.inodes)-1)
+			} else {
+				// A prefix one byte shorter than the keys share: every
+				// accessor still works, but the writer would not do it.
+				s := packedLayout(n.inodes)
+				if s.pl == 0 {
+					t.Fatalf("keys k%%05d share no prefix: %+v", s)
+				}
+				s.pl--
+				s.size += len(n.inodes) - 1
+				n.writePacked(p, leaf, s)
+				problem = fmt.Sprintf("page %d (offset %d): bucket \"b\": packed leaf with prefix %d", leaf, int(leaf)*ps, s.pl)
+			}
+			if err := os.WriteFile(path, raw, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if got := decodeLeaf(p); len(got.inodes) != len(n.inodes) || !bytes.Equal(got.inodes[3].value, n.inodes[3].value) {
+				t.Fatal("the rewritten leaf does not hold the elements it had")
+			}
+			rep, err := CheckFile(path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.OK() || !strings.Contains(rep.Err().Error(), problem) {
+				t.Fatalf("want %q in %v", problem, rep.Err())
+			}
+		})
 	}
 }
 

@@ -167,7 +167,7 @@ func (db *DB) inflatePage(p []byte, i int, f uint32, v []byte) ([]byte, error) {
 	out, err := inflate(f, v)
 	if err != nil {
 		id := pgID(p)
-		pos := le.Uint32(p[pageHeaderSize+i*elemSize+4:]) + le.Uint32(p[pageHeaderSize+i*elemSize+8:])
+		pos := leafValuePos(p, i)
 		return nil, corruptPage(db.path, id, db.pageSize, "element %d: value at file offset %d: %v",
 			i, int64(id)*int64(db.pageSize)+int64(pos), err)
 	}

@@ -184,12 +184,12 @@ func findValue(t *testing.T, buf []byte, ps int, key string) (id pgid, run []byt
 	t.Helper()
 	for id := pgid(numMetaPages); int(id+1)*ps <= len(buf); id++ {
 		p := buf[int(id)*ps:]
-		if pgFlags(p) != flagLeaf || pgID(p) != id {
+		if !isLeafPage(p) || pgID(p) != id {
 			continue
 		}
 		run := p[:(1+int(pgOverflow(p)))*ps]
 		for i := 0; i < pgCount(run); i++ {
-			if f, k, _ := leafElem(run, i); string(k) == key {
+			if f, _ := leafValue(run, i); string(appendLeafKey(nil, run, i)) == key {
 				return id, run, i, f
 			}
 		}
@@ -233,9 +233,9 @@ func TestCorruptCompressedValue(t *testing.T) {
 				if f&elemFlagsCompressed == 0 {
 					t.Fatalf("%s is not stored compressed (flags %#x)", key, f)
 				}
-				e := run[pageHeaderSize+i*elemSize:]
-				pos := int(le.Uint32(e[4:]) + le.Uint32(e[8:]))
-				vs := int(le.Uint32(e[12:]))
+				pos := leafValuePos(run, i)
+				_, v := leafValue(run, i)
+				vs := len(v)
 				// The S2 header's length claims one byte more than the
 				// block holds; a zstd frame gets a byte flipped in its
 				// middle (its content checksum catches it).

@@ -12,6 +12,7 @@ type Cursor struct {
 	b     *Bucket
 	stack []elemRef // path from the root to the current leaf element
 	err   error
+	keys  keySlab // copies of packed leaves' keys
 }
 
 // elemRef is one level of the cursor's path: a page or an in-memory node,
@@ -33,7 +34,7 @@ func (r *elemRef) isLeaf() bool {
 	if r.n != nil {
 		return r.n.leaf
 	}
-	return pgFlags(r.p) == flagLeaf
+	return isLeafPage(r.p)
 }
 
 func (r *elemRef) child() pgid {
@@ -139,13 +140,13 @@ func (c *Cursor) Next() (key, value []byte) {
 	}
 	// Fast path: the next element is in the same leaf page. (The top of
 	// the stack is always a leaf once the cursor is positioned.)
-	if r := &c.stack[len(c.stack)-1]; r.n == nil && r.idx+1 < pgCount(r.p) && pgFlags(r.p) == flagLeaf {
+	if r := &c.stack[len(c.stack)-1]; r.n == nil && r.idx+1 < pgCount(r.p) && isLeafPage(r.p) {
 		r.idx++
-		f, k, v := leafElem(r.p, r.idx)
+		f, v := leafValue(r.p, r.idx)
 		if f&elemFlagsCompressed != 0 {
 			return c.here()
 		}
-		return k, v
+		return c.keys.leafKey(r.p, r.idx), v
 	}
 	for {
 		i := len(c.stack) - 1
@@ -235,7 +236,7 @@ func (c *Cursor) search(key []byte) error {
 			if r.n != nil {
 				r.idx = sort.Search(cnt, func(i int) bool { return bytes.Compare(r.n.inodes[i].key, key) >= 0 })
 			} else {
-				r.idx = searchPage(r.p, cnt, key, 8, 0)
+				r.idx = searchLeaf(r.p, key)
 			}
 			return nil
 		}
@@ -294,8 +295,8 @@ func (c *Cursor) current() (key, value []byte, flags uint32) {
 		in := &r.n.inodes[r.idx]
 		return in.key, in.value, in.flags
 	}
-	f, k, v := leafElem(r.p, r.idx)
-	return k, v, f
+	f, v := leafValue(r.p, r.idx)
+	return c.keys.leafKey(r.p, r.idx), v, f
 }
 
 // searchPage returns the first element of page p whose key is >= key

@@ -36,7 +36,18 @@ func (n *node) minKeys() int {
 	return 2
 }
 
+// size is the bytes n takes on disk: packed if it fits in one page, else
+// in the 16-byte element format (see packed.go).
 func (n *node) size() int {
+	if n.leaf && len(n.inodes) > 0 && packLeaves {
+		if s := packedLayout(n.inodes); s.size <= packedLimit(n.b.tx.db.pageSize) {
+			return s.size
+		}
+	}
+	return n.classicSize()
+}
+
+func (n *node) classicSize() int {
 	sz := pageHeaderSize
 	for i := range n.inodes {
 		sz += elemSize + len(n.inodes[i].key) + len(n.inodes[i].value)
@@ -53,9 +64,13 @@ func (n *node) root() *node {
 
 // read fills n from page p.
 func (n *node) read(p []byte) {
-	n.leaf = pgFlags(p) == flagLeaf
+	n.leaf = isLeafPage(p)
 	cnt := pgCount(p)
 	n.inodes = n.b.tx.db.inodes.get(cnt)[:cnt]
+	if pgFlags(p) == flagLeafPacked {
+		n.readPacked(p)
+		cnt = 0
+	}
 	for i := 0; i < cnt; i++ {
 		in := &n.inodes[i]
 		if n.leaf {
@@ -64,13 +79,25 @@ func (n *node) read(p []byte) {
 			in.key, in.child = branchElem(p, i)
 		}
 	}
-	if cnt > 0 {
+	if len(n.inodes) > 0 {
 		n.key = n.inodes[0].key
 	}
 }
 
 // write encodes n into buf, a run of whole pages starting at page id.
 func (n *node) write(buf []byte, id pgid, ps int) {
+	if n.leaf && len(n.inodes) > 0 && len(buf) == ps && packLeaves {
+		if s := packedLayout(n.inodes); s.size <= packedLimit(ps) {
+			n.writePacked(buf, id, s)
+			return
+		}
+	}
+	n.writeClassic(buf, id, ps)
+}
+
+// writeClassic encodes n with 16-byte elements: every branch, and a leaf
+// that needs an overflow run.
+func (n *node) writeClassic(buf []byte, id pgid, ps int) {
 	flags := flagBranch
 	if n.leaf {
 		flags = flagLeaf
@@ -148,6 +175,16 @@ func (n *node) childIndex(c *node) int {
 func (n *node) split(ps int) []*node {
 	nodes := []*node{n}
 	cur := n
+	if n.leaf && packLeaves {
+		for {
+			next := cur.splitLeaf(ps)
+			if next == nil {
+				return nodes
+			}
+			nodes = append(nodes, next)
+			cur = next
+		}
+	}
 	// The remainder's size is carried from split to split: recomputing it
 	// each time made splitting a large append (10k keys into one leaf)
 	// quadratic.
@@ -189,6 +226,34 @@ func (n *node) splitTwo(ps, size int) (*node, int) {
 	if idx <= 0 || idx >= len(n.inodes) {
 		return nil, 0
 	}
+	next := n.cutAt(idx)
+	return next, n.size()
+}
+
+// splitLeaf is splitTwo for a leaf, measured in the packed format: it
+// cuts n after the elements that fit within the threshold and returns the
+// new right node, or nil if n fits in one page. It scans at most a page's
+// worth of elements, so splitting a large append stays linear.
+func (n *node) splitLeaf(ps int) *node {
+	mk := n.minKeys()
+	if len(n.inodes) <= mk*2 {
+		return nil
+	}
+	threshold := ps / 2
+	if n.appendOnly {
+		threshold = ps
+	}
+	limit := packedLimit(ps)
+	idx, all := packedFit(n.inodes, min(threshold, limit), limit)
+	if all {
+		return nil
+	}
+	idx = min(max(idx, mk), len(n.inodes)-mk)
+	return n.cutAt(idx)
+}
+
+// cutAt moves n's elements from idx on into a new right sibling.
+func (n *node) cutAt(idx int) *node {
 	if n.parent == nil {
 		n.parent = &node{b: n.b, children: []*node{n}, appendOnly: true}
 	}
@@ -196,7 +261,7 @@ func (n *node) splitTwo(ps, size int) (*node, int) {
 	n.parent.children = append(n.parent.children, next)
 	next.inodes = n.inodes[idx:]
 	n.inodes = n.inodes[:idx:idx]
-	return next, n.size()
+	return next
 }
 
 // spill writes n's subtree to new pages, children first, and updates the

@@ -98,6 +98,8 @@ func validatePage(p []byte, hwm pgid) error {
 				return fmt.Errorf("element %d out of bounds (pos %d key %d value %d)", i, pos, ks, vs)
 			}
 		}
+	case flagLeafPacked:
+		return validatePacked(p)
 	case flagFreelist:
 		if n < 0 || flHeaderSize+n*extentSize > len(p) {
 			return fmt.Errorf("freelist extent count %d does not fit", n)

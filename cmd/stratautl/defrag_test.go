@@ -140,10 +140,11 @@ func writeMVCCLike(t *testing.T, path string, n int) {
 	}
 }
 
-// TestDefragNeverGrows: a db with nothing to reclaim (written as the
-// server writes, its compacted copy would be bigger; or compacted once
-// already, its copy would be the same size) is left byte for byte as it
-// was, and defrag says why.
+// TestDefragNeverGrows: defrag never makes a db bigger. One written as
+// the server writes (full leaves, nothing deleted) has nothing to reclaim
+// but the file's growth slack, so defrag either keeps it or installs a
+// copy no bigger; one compacted already (its copy would be the same size)
+// is left byte for byte as it was, and defrag says why.
 func TestDefragNeverGrows(t *testing.T) {
 	dir := t.TempDir()
 	snap := filepath.Join(dir, "member", "snap")
@@ -179,11 +180,14 @@ func TestDefragNeverGrows(t *testing.T) {
 		if len(after) > len(before) {
 			t.Fatalf("round %d: defrag grew %s from %d to %d bytes", round, path, len(before), len(after))
 		}
-		if !bytes.Equal(after, before) || !strings.Contains(out.String(), "nothing to reclaim") || !strings.Contains(out.String(), "kept it unchanged") {
-			t.Fatalf("round %d: db changed (%d -> %d bytes) or not said: %q", round, len(before), len(after), out.String())
-		}
 		if _, err := os.Stat(path + ".defrag.tmp"); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("round %d: temporary file left behind", round)
+		}
+		if round == 0 && !bytes.Equal(after, before) && strings.Contains(out.String(), "defragmented") {
+			continue // a copy no bigger replaced it, and defrag said so
+		}
+		if !bytes.Equal(after, before) || !strings.Contains(out.String(), "nothing to reclaim") || !strings.Contains(out.String(), "kept it unchanged") {
+			t.Fatalf("round %d: db changed (%d -> %d bytes) or not said: %q", round, len(before), len(after), out.String())
 		}
 	}
 }
