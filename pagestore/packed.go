@@ -223,18 +223,19 @@ type packedShape struct {
 	size   int // bytes, header included
 }
 
-// packedLayout computes the packed shape of inodes (sorted, non-empty).
+// packedLayout computes the packed shape of inodes (non-empty). The
+// prefix is measured against every key, not just the first and the last:
+// a leaf read from a damaged page may hold keys out of order, and the
+// writer must still never cut a key shorter than prefix plus suffix.
 func packedLayout(inodes []inode) packedShape {
-	first, last := inodes[0].key, inodes[len(inodes)-1].key
-	pl := commonPrefix(first, last)
-	minK := len(first)
-	sl := maxPackedAffix
+	first := inodes[0].key
+	pl, sl, minK := min(len(first), maxPackedAffix), maxPackedAffix, len(first)
 	for i := range inodes {
 		k := inodes[i].key
 		minK = min(minK, len(k))
+		pl = min(pl, commonPrefix(first, k))
 		sl = min(sl, commonSuffix(first, k))
 	}
-	pl = min(pl, maxPackedAffix)
 	sl = min(sl, minK-pl)
 	size := packedPageOverhead + pl + sl
 	for i := range inodes {

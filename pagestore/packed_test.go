@@ -290,3 +290,29 @@ func TestClassicLeavesStillRead(t *testing.T) {
 		t.Fatalf("meta versions %d and %d after a commit, want one %d", le.Uint32(now[metaOffVersion:]), le.Uint32(now[ps+metaOffVersion:]), formatVersion)
 	}
 }
+
+// TestPackedLayoutUnsortedKeys: a leaf read from a damaged page (right
+// checksum, keys out of order) can reach the writer; its first and last
+// keys then share more than a middle key holds. Found by
+// FuzzOpenDamagedFile: the writer sliced that key past its end.
+func TestPackedLayoutUnsortedKeys(t *testing.T) {
+	keys := []string{"abcdef", "ab", "abcxyz", "b", "abcdef"}
+	n := &node{b: &Bucket{id: 1}, leaf: true}
+	for _, k := range keys {
+		n.inodes = append(n.inodes, inode{key: []byte(k), value: []byte("v")})
+	}
+	s := packedLayout(n.inodes)
+	if s.pl != 0 {
+		t.Fatalf("prefix %d over keys %q", s.pl, keys)
+	}
+	p := make([]byte, 4096)
+	n.write(p, 3, 4096)
+	if err := validatePage(p, 10); err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range keys {
+		if got := appendLeafKey(nil, p, i); string(got) != k {
+			t.Fatalf("key %d = %q, want %q", i, got, k)
+		}
+	}
+}
