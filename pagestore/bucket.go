@@ -127,7 +127,7 @@ func (b *Bucket) get(key []byte) ([]byte, uint32, error) {
 		}
 		cnt := pgCount(p)
 		if isLeafPage(p) {
-			if i := searchLeaf(p, key); i < cnt && leafCompare(p, i, key) == 0 {
+			if i, ok := searchLeaf(p, key); ok && i < cnt {
 				f, v := leafValue(p, i)
 				return v, f, nil
 			}

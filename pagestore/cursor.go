@@ -236,7 +236,7 @@ func (c *Cursor) search(key []byte) error {
 			if r.n != nil {
 				r.idx = sort.Search(cnt, func(i int) bool { return bytes.Compare(r.n.inodes[i].key, key) >= 0 })
 			} else {
-				r.idx = searchLeaf(r.p, key)
+				r.idx, _ = searchLeaf(r.p, key)
 			}
 			return nil
 		}

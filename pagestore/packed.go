@@ -128,25 +128,6 @@ func (s *keySlab) leafKey(p []byte, i int) []byte {
 	return b[start : start+n : start+n]
 }
 
-// leafCompare compares element i's key of leaf page p with key.
-func leafCompare(p []byte, i int, key []byte) int {
-	if pgFlags(p) != flagLeafPacked {
-		return bytes.Compare(leafKey(p, i), key)
-	}
-	pre, suf := packedAffixes(p)
-	if len(key) < len(pre) {
-		if c := bytes.Compare(pre[:len(key)], key); c != 0 {
-			return c
-		}
-		return 1
-	}
-	if c := bytes.Compare(pre, key[:len(pre)]); c != 0 {
-		return c
-	}
-	_, mid, _, _ := packedRecord(p, i)
-	return compareTail(mid, suf, key[len(pre):])
-}
-
 // compareTail compares mid+suf with rest.
 func compareTail(mid, suf, rest []byte) int {
 	if len(rest) <= len(mid) {
@@ -164,37 +145,81 @@ func compareTail(mid, suf, rest []byte) int {
 	return bytes.Compare(suf, rest[len(mid):])
 }
 
-// searchLeaf returns the first element of leaf page p whose key is >= key.
-func searchLeaf(p []byte, key []byte) int {
+// searchLeaf returns the first element of leaf page p whose key is >= key,
+// and whether that element's key is key.
+func searchLeaf(p []byte, key []byte) (int, bool) {
 	cnt := pgCount(p)
 	if pgFlags(p) != flagLeafPacked {
-		return searchPage(p, cnt, key, 8, 0)
+		i := searchPage(p, cnt, key, 8, 0)
+		return i, i < cnt && bytes.Equal(leafKey(p, i), key)
 	}
 	pre, suf := packedAffixes(p)
 	if len(key) < len(pre) {
 		if bytes.Compare(pre[:len(key)], key) >= 0 {
-			return 0 // key is below every element (a shorter prefix sorts first)
+			return 0, false // key is below every element (a shorter prefix sorts first)
 		}
-		return cnt
+		return cnt, false
 	}
 	switch bytes.Compare(pre, key[:len(pre)]) {
 	case 1:
-		return 0
+		return 0, false
 	case -1:
-		return cnt
+		return cnt, false
 	}
 	rest := key[len(pre):]
-	lo, hi := 0, cnt
+	// When key ends with the page's suffix, an element whose middle is as
+	// long as key's compares as its middle alone: a revision key's 2-3
+	// bytes instead of middle and suffix.
+	keyMid := -1
+	if len(rest) >= len(suf) && bytes.Equal(rest[len(rest)-len(suf):], suf) {
+		keyMid = len(rest) - len(suf)
+	}
+	lo, hi, found := 0, cnt, false
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		_, mid, _, _ := packedRecord(p, m)
-		if compareTail(mid, suf, rest) < 0 {
+		mid := packedMid(p, m)
+		var c int
+		if len(mid) == keyMid {
+			c = compareShort(mid, rest[:keyMid])
+		} else {
+			c = compareTail(mid, suf, rest)
+		}
+		if c < 0 {
 			lo = m + 1
 		} else {
-			hi = m
+			hi, found = m, c == 0
 		}
 	}
-	return lo
+	return lo, found && lo < cnt
+}
+
+// packedMid returns element i's key middle in packed leaf p.
+func packedMid(p []byte, i int) []byte {
+	start := int(le.Uint16(p[packedOffsets+2*i:]))
+	h, w := uint64(p[start]), 1
+	if h >= 0x80 {
+		h, w = binary.Uvarint(p[start:])
+	}
+	ms := start + w
+	return p[ms : ms+int(h>>packedFlagBits)]
+}
+
+// compareShort is bytes.Compare for slices of equal length, inlined for
+// the few bytes of a revision key's middle.
+func compareShort(a, b []byte) int {
+	if len(a) > 8 {
+		return bytes.Compare(a, b)
+	}
+	b = b[:len(a)]
+	for i := range a {
+		if a[i] != b[i] {
+			if a[i] < b[i] {
+				return -1
+			}
+			return 1
+		}
+	}
+	return 0
 }
 
 // readPacked fills n's inodes from packed leaf p. The keys are rebuilt
