@@ -2,6 +2,7 @@ package pagestore
 
 import (
 	"bytes"
+	"encoding/binary"
 	"sort"
 )
 
@@ -303,14 +304,38 @@ func (c *Cursor) current() (key, value []byte, flags uint32) {
 // (strict 0) or > key (strict 1). ksOff is the offset of the key size in
 // the element (8 for leaves, 4 for branches); the key position is the
 // u32 just before it.
+//
+// Keys of 8 bytes or more are compared first by their first 8 bytes as a
+// big-endian integer, which orders them as bytes.Compare does: for
+// revision keys that is the main revision, which almost always decides,
+// without a call into the runtime's compare.
 func searchPage(p []byte, cnt int, key []byte, ksOff int, strict int) int {
+	var head uint64
+	long := len(key) >= 8
+	if long {
+		head = binary.BigEndian.Uint64(key)
+	}
 	lo, hi := 0, cnt
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
 		e := p[pageHeaderSize+m*elemSize : pageHeaderSize+m*elemSize+elemSize]
 		pos := le.Uint32(e[ksOff-4:])
 		ks := le.Uint32(e[ksOff:])
-		if bytes.Compare(p[pos:pos+ks], key) < strict {
+		ek := p[pos : pos+ks]
+		var c int
+		if long && len(ek) >= 8 {
+			switch eh := binary.BigEndian.Uint64(ek); {
+			case eh < head:
+				c = -1
+			case eh > head:
+				c = 1
+			default:
+				c = bytes.Compare(ek[8:], key[8:])
+			}
+		} else {
+			c = bytes.Compare(ek, key)
+		}
+		if c < strict {
 			lo = m + 1
 		} else {
 			hi = m

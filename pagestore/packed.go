@@ -160,7 +160,7 @@ func searchLeaf(p []byte, key []byte) (int, bool) {
 		}
 		return cnt, false
 	}
-	switch bytes.Compare(pre, key[:len(pre)]) {
+	switch compareShort(pre, key[:len(pre)]) {
 	case 1:
 		return 0, false
 	case -1:
