@@ -465,8 +465,12 @@ func (c *checker) packedLayout(id pgid, p []byte, what string) {
 		in.key = appendLeafKey(nil, p, i)
 	}
 	s := packedLayout(inodes)
-	if pl, sl := int(p[pageHeaderSize]), int(p[pageHeaderSize+1]); pl != s.pl || sl != s.sl || end != s.size {
-		c.problem(id, "%s: packed leaf with prefix %d suffix %d and %d bytes, want %d, %d and %d",
-			what, pl, sl, end, s.pl, s.sl, s.size)
+	ml := int(p[packedOffMid])
+	if ml == packedVariable {
+		ml = -1
+	}
+	if pl, sl := int(p[pageHeaderSize]), int(p[pageHeaderSize+1]); pl != s.pl || sl != s.sl || ml != s.ml || end != s.size {
+		c.problem(id, "%s: packed leaf with prefix %d suffix %d middles %d (-1: variable) and %d bytes, want %d, %d, %d and %d",
+			what, pl, sl, ml, end, s.pl, s.sl, s.ml, s.size)
 	}
 }

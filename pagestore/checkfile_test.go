@@ -147,6 +147,9 @@ func TestCheckFileLayout(t *testing.T) {
 					t.Fatalf("keys k%%05d share no prefix: %+v", s)
 				}
 				s.pl--
+				if s.ml >= 0 {
+					s.ml++
+				}
 				s.size += len(n.inodes) - 1
 				n.writePacked(p, leaf, s)
 				problem = fmt.Sprintf("page %d (offset %d): bucket \"b\": packed leaf with prefix %d", leaf, int(leaf)*ps, s.pl)

@@ -13,7 +13,9 @@ type Cursor struct {
 	b     *Bucket
 	stack []elemRef // path from the root to the current leaf element
 	err   error
-	keys  keySlab // copies of packed leaves' keys
+	keys  keySlab   // copies of packed leaves' keys
+	leaf  leafCache // the packed leaf the cursor walks, decoded
+	walk  bool      // the last move was Next or Prev: decode whole leaves
 }
 
 // elemRef is one level of the cursor's path: a page or an in-memory node,
@@ -61,6 +63,7 @@ func (c *Cursor) fail(err error) ([]byte, []byte) {
 }
 
 func (c *Cursor) start() error {
+	c.walk = false
 	if err := c.b.usable(false); err != nil {
 		return err
 	}
@@ -139,15 +142,28 @@ func (c *Cursor) Next() (key, value []byte) {
 	if c.err != nil || len(c.stack) == 0 {
 		return nil, nil
 	}
+	c.walk = true
 	// Fast path: the next element is in the same leaf page. (The top of
 	// the stack is always a leaf once the cursor is positioned.)
-	if r := &c.stack[len(c.stack)-1]; r.n == nil && r.idx+1 < pgCount(r.p) && isLeafPage(r.p) {
+	r := &c.stack[len(c.stack)-1]
+	if lc := &c.leaf; lc.klen > 0 && r.n == nil && r.idx+1 < pgCount(r.p) && lc.page == &r.p[0] {
+		// A packed leaf of the fixed layout whose keys are rebuilt.
 		r.idx++
-		f, v := leafValue(r.p, r.idx)
+		i := r.idx
+		o := r.p[packedOffsets+2*i:]
+		vs, ve := le.Uint16(o), le.Uint16(o[2:])
+		if lc.flags[i*(1+lc.ml)]&elemFlagsCompressed == 0 {
+			return lc.keys[i*lc.klen : (i+1)*lc.klen : (i+1)*lc.klen], r.p[vs:ve:ve]
+		}
+		return c.here()
+	}
+	if r.n == nil && r.idx+1 < pgCount(r.p) && isLeafPage(r.p) {
+		r.idx++
+		k, v, f := c.pageElem(r.p, r.idx)
 		if f&elemFlagsCompressed != 0 {
 			return c.here()
 		}
-		return c.keys.leafKey(r.p, r.idx), v
+		return k, v
 	}
 	for {
 		i := len(c.stack) - 1
@@ -179,6 +195,7 @@ func (c *Cursor) Prev() (key, value []byte) {
 	if c.err != nil || len(c.stack) == 0 {
 		return nil, nil
 	}
+	c.walk = true
 	for {
 		i := len(c.stack) - 1
 		for ; i >= 0; i-- {
@@ -296,8 +313,7 @@ func (c *Cursor) current() (key, value []byte, flags uint32) {
 		in := &r.n.inodes[r.idx]
 		return in.key, in.value, in.flags
 	}
-	f, v := leafValue(r.p, r.idx)
-	return c.keys.leafKey(r.p, r.idx), v, f
+	return c.pageElem(r.p, r.idx)
 }
 
 // searchPage returns the first element of page p whose key is >= key
@@ -342,4 +358,106 @@ func searchPage(p []byte, cnt int, key []byte, ksOff int, strict int) int {
 		}
 	}
 	return lo
+}
+
+// pageElem returns element i of leaf page p. A packed leaf's keys must be
+// rebuilt (packed.go): after a Seek, First or Last the element is rebuilt
+// alone; once the cursor walks (Next, Prev), or reads a second element of
+// the same page, the whole leaf's keys are rebuilt at once into
+// leafCache, so a scan pays one pass per leaf instead of a decode per key.
+func (c *Cursor) pageElem(p []byte, i int) (key, value []byte, flags uint32) {
+	if pgFlags(p) != flagLeafPacked {
+		f, k, v := leafElem(p, i)
+		return k, v, f
+	}
+	lc := &c.leaf
+	if lc.page != &p[0] {
+		if lc.seen != &p[0] && !c.walk {
+			lc.seen = &p[0]
+			f, v := leafValue(p, i)
+			return c.keys.leafKey(p, i), v, f
+		}
+		lc.fill(p, &c.keys)
+	}
+	o := p[packedOffsets+2*i:]
+	vs, ve := le.Uint16(o), le.Uint16(o[2:])
+	if lc.klen > 0 {
+		// The fixed layout: keys of one length, flags in the key area.
+		k := lc.keys[i*lc.klen : (i+1)*lc.klen : (i+1)*lc.klen]
+		return k, p[vs:ve:ve], uint32(lc.flags[i*(1+lc.ml)])
+	}
+	e := lc.elems[i]
+	ks := uint32(0)
+	if i > 0 {
+		ks = lc.elems[i-1].kend
+	}
+	return lc.keys[ks:e.kend:e.kend], p[e.vstart:e.vend:e.vend], uint32(e.flags)
+}
+
+// leafCache is one packed leaf's keys, rebuilt end to end into the
+// cursor's key slab (so they outlive the cache, as the cursor promises).
+// For the fixed layout every key has klen bytes and the flags are read
+// from the page's key area; for the variable one, elems records each
+// element's key end, value bounds and flags. Neither holds a pointer per
+// element, so filling it costs no write barriers.
+type leafCache struct {
+	page  *byte  // first byte of the page decoded (nil: none)
+	seen  *byte  // first byte of the page last read one element from
+	keys  []byte // the page's keys, end to end
+	klen  int    // fixed layout: every key's length; 0: variable layout
+	ml    int    // fixed layout: the key middles' length
+	flags []byte // fixed layout: the page's key area (flags, middle)*
+	elems []cachedElem
+}
+
+type cachedElem struct {
+	kend         uint32 // end of the key in keys; it starts where the previous one ends
+	vstart, vend uint16 // the value's bounds in the page
+	flags        uint8
+}
+
+func (lc *leafCache) fill(p []byte, slab *keySlab) {
+	n := pgCount(p)
+	pre, suf := packedAffixes(p)
+	lc.page = &p[0]
+	if area, ml := packedKeys(p); ml >= 0 {
+		// Write prefix and suffix once, copy that template to every
+		// slot by doubling, then put each middle in place.
+		kl := len(pre) + ml + len(suf)
+		buf := slab.take(n * kl)
+		lc.keys, lc.klen, lc.ml, lc.flags = buf, kl, ml, area
+		if n == 0 {
+			return
+		}
+		copy(buf, pre)
+		copy(buf[len(pre)+ml:], suf)
+		for done := kl; done < len(buf); done *= 2 {
+			copy(buf[done:], buf[:done])
+		}
+		for i := 0; i < n; i++ {
+			dst, src := buf[i*kl+len(pre):i*kl+len(pre)+ml], area[i*(1+ml)+1:i*(1+ml)+1+ml]
+			if ml <= 8 {
+				for j := range dst {
+					dst[j] = src[j] // a revision key's 2-3 bytes: no call into memmove
+				}
+			} else {
+				copy(dst, src)
+			}
+		}
+		return
+	}
+	total := n * (len(pre) + len(suf))
+	for i := 0; i < n; i++ {
+		total += len(packedMid(p, i))
+	}
+	buf := slab.take(total)
+	lc.keys, lc.klen, lc.elems = buf, 0, lc.elems[:0]
+	off := 0
+	for i := 0; i < n; i++ {
+		f, mid, v, vpos := packedRecord(p, i)
+		off += copy(buf[off:], pre)
+		off += copy(buf[off:], mid)
+		off += copy(buf[off:], suf)
+		lc.elems = append(lc.elems, cachedElem{kend: uint32(off), vstart: uint16(vpos), vend: uint16(vpos + len(v)), flags: uint8(f)})
+	}
 }

@@ -18,19 +18,31 @@ import (
 //
 //	32  pl       u8   prefix length
 //	33  sl       u8   suffix length
-//	34  offsets  (count+1) × u16: record i is bytes [off[i], off[i+1]) of
-//	             the page; off[0] follows the suffix, off[count] ends the data
+//	34  ml       u8   the length of every key middle (fixed layout), or
+//	                  0xff (variable layout)
+//	35  reserved u8   0
+//	36  offsets  (count+1) × u16, ascending; off[count] ends the data
 //	    prefix   pl bytes
 //	    suffix   sl bytes
-//	    records  uvarint(midLen<<3 | flags), key middle, value
+//	fixed layout, when every key middle has the same length ml < 255:
+//	    keys     count × (flags u8, key middle ml bytes)
+//	    values   value i is bytes [off[i], off[i+1]); off[0] follows the keys
+//	variable layout:
+//	    records  record i is bytes [off[i], off[i+1]): uvarint(midLen<<3 |
+//	             flags), key middle, value; off[0] follows the suffix
 //
 // Element i's key is prefix + middle + suffix; its flags are the leaf
-// element flags (bucket, S2, zstd). A leaf that needs an overflow run
-// (a value larger than the page) keeps the 16-byte element format of
+// element flags (bucket, S2, zstd). The fixed layout, which revision keys
+// get unless a leaf mixes puts and tombstones, keeps the keys together in
+// a few cache lines, so a search or a scan never touches the values; it
+// is never bigger than the variable one. A leaf that needs an overflow
+// run (a value larger than the page) keeps the 16-byte element format of
 // versions 1 and 2; readers take both.
 const (
 	flagLeafPacked     uint16 = 0x08
-	packedOffsets             = pageHeaderSize + 2
+	packedOffMid              = pageHeaderSize + 2
+	packedOffsets             = pageHeaderSize + 4
+	packedVariable            = 0xff
 	maxPackedAffix            = 255       // pl and sl are u8
 	maxPackedEnd              = 1<<16 - 1 // offsets are u16
 	packedFlagBits            = 3
@@ -56,11 +68,27 @@ func packedAffixes(p []byte) (prefix, suffix []byte) {
 	return p[at : at+pl : at+pl], p[at+pl : at+pl+sl : at+pl+sl]
 }
 
+// packedKeys returns the key area of a fixed-layout packed leaf and its
+// middle length, or ml -1 for the variable layout.
+func packedKeys(p []byte) (keys []byte, ml int) {
+	if p[packedOffMid] == packedVariable {
+		return nil, -1
+	}
+	ml = int(p[packedOffMid])
+	n := pgCount(p)
+	at := packedOffsets + 2*(n+1) + int(p[pageHeaderSize]) + int(p[pageHeaderSize+1])
+	return p[at : at+n*(1+ml)], ml
+}
+
 // packedRecord returns element i of packed leaf p: flags, key middle,
 // value, and the page offset of the value.
 func packedRecord(p []byte, i int) (flags uint32, mid, v []byte, vpos int) {
 	o := p[packedOffsets+2*i:]
 	start, end := int(le.Uint16(o)), int(le.Uint16(o[2:]))
+	if keys, ml := packedKeys(p); ml >= 0 {
+		e := keys[i*(1+ml):]
+		return uint32(e[0]), e[1 : 1+ml : 1+ml], p[start:end:end], start
+	}
 	h, w := uint64(p[start]), 1
 	if h >= 0x80 {
 		h, w = binary.Uvarint(p[start:end])
@@ -111,6 +139,16 @@ func appendLeafKey(dst, p []byte, i int) []byte {
 // packed leaf costs one allocation per few hundred keys. A slice it
 // returns stays valid as long as anyone holds it.
 type keySlab []byte
+
+// take returns n bytes of the slab for the caller to fill.
+func (s *keySlab) take(n int) []byte {
+	if cap(*s)-len(*s) < n {
+		*s = make([]byte, 0, max(4096, n))
+	}
+	start := len(*s)
+	*s = (*s)[:start+n]
+	return (*s)[start : start+n : start+n]
+}
 
 func (s *keySlab) leafKey(p []byte, i int) []byte {
 	if pgFlags(p) != flagLeafPacked {
@@ -174,10 +212,16 @@ func searchLeaf(p []byte, key []byte) (int, bool) {
 	if len(rest) >= len(suf) && bytes.Equal(rest[len(rest)-len(suf):], suf) {
 		keyMid = len(rest) - len(suf)
 	}
+	keys, ml := packedKeys(p)
 	lo, hi, found := 0, cnt, false
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		mid := packedMid(p, m)
+		var mid []byte
+		if ml >= 0 {
+			mid = keys[m*(1+ml)+1 : m*(1+ml)+1+ml]
+		} else {
+			mid = packedMid(p, m)
+		}
 		var c int
 		if len(mid) == keyMid {
 			c = compareShort(mid, rest[:keyMid])
@@ -195,6 +239,9 @@ func searchLeaf(p []byte, key []byte) (int, bool) {
 
 // packedMid returns element i's key middle in packed leaf p.
 func packedMid(p []byte, i int) []byte {
+	if keys, ml := packedKeys(p); ml >= 0 {
+		return keys[i*(1+ml)+1 : i*(1+ml)+1+ml]
+	}
 	start := int(le.Uint16(p[packedOffsets+2*i:]))
 	h, w := uint64(p[start]), 1
 	if h >= 0x80 {
@@ -245,6 +292,7 @@ func (n *node) readPacked(p []byte) {
 // packedShape is what a packed leaf of some inodes needs.
 type packedShape struct {
 	pl, sl int
+	ml     int // every key middle's length (fixed layout), or -1 (variable)
 	size   int // bytes, header included
 }
 
@@ -262,13 +310,26 @@ func packedLayout(inodes []inode) packedShape {
 		sl = min(sl, commonSuffix(first, k))
 	}
 	sl = min(sl, minK-pl)
-	size := packedPageOverhead + pl + sl
+	s := packedShape{pl: pl, sl: sl, ml: len(first) - pl - sl, size: packedPageOverhead + pl + sl}
+	if s.ml >= packedVariable {
+		s.ml = -1
+	}
 	for i := range inodes {
 		in := &inodes[i]
 		ml := len(in.key) - pl - sl
-		size += 2 + uvarintLen(uint64(ml)<<packedFlagBits|uint64(in.flags)) + ml + len(in.value)
+		if ml != s.ml {
+			s.ml = -1
+		}
+		s.size += 2 + uvarintLen(uint64(ml)<<packedFlagBits|uint64(in.flags)) + ml + len(in.value)
 	}
-	return packedShape{pl: pl, sl: sl, size: size}
+	if s.ml >= 0 {
+		// The fixed layout: a flags byte per element instead of a header.
+		s.size = packedPageOverhead + pl + sl
+		for i := range inodes {
+			s.size += 3 + s.ml + len(inodes[i].value)
+		}
+	}
+	return s
 }
 
 // packedFit scans inodes in order and returns how many fit in a packed
@@ -281,6 +342,7 @@ func packedFit(inodes []inode, limit, maxSize int) (fit int, all bool) {
 	first := inodes[0].key
 	pl, sl, minK := min(len(first), maxPackedAffix), maxPackedAffix, len(first)
 	cut := -1
+	sameLen := true
 	var sumK, sumV, hdrs int
 	for i := range inodes {
 		in := &inodes[i]
@@ -298,8 +360,13 @@ func packedFit(inodes []inode, limit, maxSize int) (fit int, all bool) {
 		hdrs += uvarintLen(uint64(len(k)-cut)<<packedFlagBits | uint64(in.flags))
 		sumK += len(k)
 		sumV += len(in.value)
+		sameLen = sameLen && len(k) == len(first)
 		n := i + 1
-		size := packedPageOverhead + cut + 2*n + hdrs + sumK - n*cut + sumV
+		h := hdrs
+		if sameLen && len(first)-cut < packedVariable {
+			h = n // the fixed layout: one flags byte each
+		}
+		size := packedPageOverhead + cut + 2*n + h + sumK - n*cut + sumV
 		if size <= limit || i == 0 {
 			fit = n
 		}
@@ -344,17 +411,31 @@ func (n *node) writePacked(buf []byte, id pgid, s packedShape) {
 	cnt := len(n.inodes)
 	putHeader(buf, id, flagLeafPacked, cnt, 0, n.b.id)
 	buf[pageHeaderSize], buf[pageHeaderSize+1] = byte(s.pl), byte(s.sl)
+	buf[packedOffMid], buf[packedOffMid+1] = packedVariable, 0
 	first := n.inodes[0].key
 	off := packedOffsets + 2*(cnt+1)
 	off += copy(buf[off:], first[:s.pl])
 	off += copy(buf[off:], first[len(first)-s.sl:])
-	for i := range n.inodes {
-		in := &n.inodes[i]
-		le.PutUint16(buf[packedOffsets+2*i:], uint16(off))
-		mid := in.key[s.pl : len(in.key)-s.sl]
-		off += binary.PutUvarint(buf[off:], uint64(len(mid))<<packedFlagBits|uint64(in.flags))
-		off += copy(buf[off:], mid)
-		off += copy(buf[off:], in.value)
+	if s.ml >= 0 {
+		buf[packedOffMid] = byte(s.ml)
+		for i := range n.inodes {
+			in := &n.inodes[i]
+			buf[off] = byte(in.flags)
+			off += 1 + copy(buf[off+1:], in.key[s.pl:len(in.key)-s.sl])
+		}
+		for i := range n.inodes {
+			le.PutUint16(buf[packedOffsets+2*i:], uint16(off))
+			off += copy(buf[off:], n.inodes[i].value)
+		}
+	} else {
+		for i := range n.inodes {
+			in := &n.inodes[i]
+			le.PutUint16(buf[packedOffsets+2*i:], uint16(off))
+			mid := in.key[s.pl : len(in.key)-s.sl]
+			off += binary.PutUvarint(buf[off:], uint64(len(mid))<<packedFlagBits|uint64(in.flags))
+			off += copy(buf[off:], mid)
+			off += copy(buf[off:], in.value)
+		}
 	}
 	le.PutUint16(buf[packedOffsets+2*cnt:], uint16(off))
 	clear(buf[off:])
@@ -362,8 +443,9 @@ func (n *node) writePacked(buf []byte, id pgid, s packedShape) {
 }
 
 // validatePacked checks that every accessor of packed leaf p stays inside
-// it: the offsets ascend within the page, each record's header parses and
-// its key middle fits in the record.
+// it: the offsets ascend within the page, the fixed layout's key area
+// fits before the values, each variable record's header parses and its
+// key middle fits in the record, and every element's flags are known.
 func validatePacked(p []byte) error {
 	n := pgCount(p)
 	if pgOverflow(p) != 0 || len(p) > maxPackedEnd+1 {
@@ -372,13 +454,28 @@ func validatePacked(p []byte) error {
 	if n < 0 || packedOffsets+2*(n+1) > len(p) {
 		return fmt.Errorf("packed leaf: element count %d does not fit", n)
 	}
-	pl, sl := int(p[pageHeaderSize]), int(p[pageHeaderSize+1])
+	pl, sl, mode := int(p[pageHeaderSize]), int(p[pageHeaderSize+1]), int(p[packedOffMid])
 	data := packedOffsets + 2*(n+1) + pl + sl
-	if int(le.Uint16(p[packedOffsets:])) != data {
-		return fmt.Errorf("packed leaf: records start at byte %d, want %d", le.Uint16(p[packedOffsets:]), data)
+	if mode != packedVariable {
+		data += n * (1 + mode)
+	}
+	if int(le.Uint16(p[packedOffsets:])) != data || data > len(p) {
+		return fmt.Errorf("packed leaf: data starts at byte %d, want %d", le.Uint16(p[packedOffsets:]), data)
+	}
+	badFlags := func(f uint32) bool {
+		return f&^elemFlagsKnown != 0 || f&elemFlagsCompressed == elemFlagsCompressed || f&elemFlagBucket != 0 && f&elemFlagsCompressed != 0
 	}
 	for i := 0; i < n; i++ {
 		start, end := int(le.Uint16(p[packedOffsets+2*i:])), int(le.Uint16(p[packedOffsets+2*i+2:]))
+		if mode != packedVariable {
+			if end < start || end > len(p) {
+				return fmt.Errorf("packed leaf: value %d spans bytes [%d,%d) of a %d-byte page", i, start, end, len(p))
+			}
+			if f := uint32(p[data-n*(1+mode)+i*(1+mode)]); badFlags(f) {
+				return fmt.Errorf("packed leaf: element %d has flags %#x", i, f)
+			}
+			continue
+		}
 		if end <= start || end > len(p) {
 			return fmt.Errorf("packed leaf: element %d spans bytes [%d,%d) of a %d-byte page", i, start, end, len(p))
 		}
@@ -386,7 +483,7 @@ func validatePacked(p []byte) error {
 		if w <= 0 || h>>packedFlagBits > maxPackedMidLen {
 			return fmt.Errorf("packed leaf: element %d header at byte %d does not parse", i, start)
 		}
-		if f := uint32(h & packedFlagMask); f&elemFlagsCompressed == elemFlagsCompressed || f&elemFlagBucket != 0 && f&elemFlagsCompressed != 0 {
+		if f := uint32(h & packedFlagMask); badFlags(f) {
 			return fmt.Errorf("packed leaf: element %d has flags %#x", i, f)
 		}
 		if ml := int(h >> packedFlagBits); start+w+ml > end {

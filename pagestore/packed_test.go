@@ -28,9 +28,14 @@ func packedKeySet(rng *rand.Rand) [][]byte {
 	}
 	seen := map[string]bool{}
 	var keys [][]byte
+	onlyRevisions := rng.IntN(3) == 0 // keys of one length: the fixed layout
 	for n := 1 + rng.IntN(60); len(keys) < n; {
 		var k []byte
-		switch rng.IntN(4) {
+		kind := rng.IntN(4)
+		if onlyRevisions {
+			kind = 0
+		}
+		switch kind {
 		case 0: // a revision key
 			k = make([]byte, 17)
 			binary.BigEndian.PutUint64(k, uint64(rng.IntN(1<<20)))
@@ -70,7 +75,7 @@ func TestPackedLeafRoundTrip(t *testing.T) {
 	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 2))
 	const ps = 4096
-	packed := 0
+	packed, fixed := 0, 0
 	for iter := 0; iter < 3000; iter++ {
 		keys := packedKeySet(rng)
 		n := &node{b: &Bucket{id: 7}, leaf: true}
@@ -98,6 +103,9 @@ func TestPackedLeafRoundTrip(t *testing.T) {
 			continue
 		}
 		packed++
+		if s.ml >= 0 {
+			fixed++
+		}
 		p := make([]byte, ps)
 		n.write(p, 9, ps)
 		if pgFlags(p) != flagLeafPacked || pgOwner(p) != 7 || pgCount(p) != len(keys) {
@@ -145,10 +153,10 @@ func TestPackedLeafRoundTrip(t *testing.T) {
 			}
 		}
 	}
-	if packed < 1000 {
-		t.Fatalf("only %d of 3000 key sets fit a packed page; the generator no longer tests the format", packed)
+	if packed < 1000 || fixed < 100 || packed-fixed < 100 {
+		t.Fatalf("%d of 3000 key sets fit a packed page, %d of them in the fixed layout; the generator no longer tests both layouts", packed, fixed)
 	}
-	t.Logf("seed %d: %d packed leaves checked", seed, packed)
+	t.Logf("seed %d: %d packed leaves checked, %d in the fixed layout", seed, packed, fixed)
 }
 
 // TestPackedRevisionLeaf: etcd's workload of revision keys and 281-byte

@@ -62,13 +62,21 @@ func (r rawDB) isBranch(id uint64) bool { return le.Uint16(r.b[int64(id)*r.ps+16
 
 // leafElem returns leaf element i's stored key bytes and its value: the
 // whole key in a leaf of 16-byte elements (flags 0x02), the key's middle
-// in a packed leaf (flags 0x08: u8 prefix length, u8 suffix length,
-// count+1 u16 record offsets, prefix, suffix, then records of
-// uvarint(middle length<<3 | flags), middle, value).
+// in a packed leaf (flags 0x08: u8 prefix length, u8 suffix length, u8
+// middle length ml or 0xff, u8 0, count+1 u16 offsets, prefix, suffix;
+// then, if every middle has ml bytes, count (flags u8, middle) entries
+// and the values at the offsets; else records of uvarint(middle
+// length<<3 | flags), middle, value at the offsets).
 func (r rawDB) leafElem(id uint64, i int) (k, v []byte) {
 	p := r.run(id)
 	if le.Uint16(p[16:]) == 0x08 {
-		start, end := le.Uint16(p[34+2*i:]), le.Uint16(p[36+2*i:])
+		n, ml := int(le.Uint32(p[20:])), int(p[34])
+		start, end := le.Uint16(p[36+2*i:]), le.Uint16(p[38+2*i:])
+		if ml != 0xff {
+			keys := 36 + 2*(n+1) + int(p[32]) + int(p[33])
+			at := keys + i*(1+ml) + 1
+			return p[at : at+ml], p[start:end]
+		}
 		h, w := binary.Uvarint(p[start:end])
 		ks := uint64(start) + uint64(w) + h>>3
 		return p[uint64(start)+uint64(w) : ks], p[ks:end]
@@ -86,7 +94,7 @@ func (r rawDB) leafKey(id uint64, i int) []byte {
 		return k
 	}
 	n, pl, sl := int(le.Uint32(p[20:])), int(p[32]), int(p[33])
-	at := 34 + 2*(n+1)
+	at := 36 + 2*(n+1)
 	return append(append(append([]byte(nil), p[at:at+pl]...), k...), p[at+pl:at+pl+sl]...)
 }
 
