@@ -155,15 +155,8 @@ func (s *keySlab) leafKey(p []byte, i int) []byte {
 		return leafKey(p, i)
 	}
 	pre, suf := packedAffixes(p)
-	_, mid, _, _ := packedRecord(p, i)
-	n := len(pre) + len(mid) + len(suf)
-	if cap(*s)-len(*s) < n {
-		*s = make([]byte, 0, max(4096, n))
-	}
-	start := len(*s)
-	b := append(append(append(*s, pre...), mid...), suf...)
-	*s = b
-	return b[start : start+n : start+n]
+	n := len(pre) + len(packedMid(p, i)) + len(suf)
+	return appendLeafKey(s.take(n)[:0], p, i)
 }
 
 // compareTail compares mid+suf with rest.
