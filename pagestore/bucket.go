@@ -51,7 +51,11 @@ func (b *Bucket) Get(key []byte) ([]byte, error) {
 	if err != nil || f&elemFlagsCompressed == 0 {
 		return v, err
 	}
-	return b.inflated(key, f, v)
+	out, err := inflate(f, v)
+	if err != nil {
+		out, err = b.inflated(string(key), f, v, err)
+	}
+	return out, err
 }
 
 // GetBuf is Get for a caller that reads many values and copies each one
@@ -70,20 +74,19 @@ func (b *Bucket) GetBuf(key, buf []byte) (value, next []byte, err error) {
 	}
 	out, next, err := inflateInto(f, v, buf)
 	if err != nil {
-		out, err = b.inflated(key, f, v)
+		out, err = b.inflated(string(key), f, v, err)
 	}
 	return out, next, err
 }
 
-// inflated decodes the compressed value v found under key, for Get. The
-// error names the page and offset: it looks the element up again.
-func (b *Bucket) inflated(key []byte, f uint32, v []byte) ([]byte, error) {
-	out, err := inflate(f, v)
-	if err == nil {
-		return out, nil
-	}
+// inflated returns the error of decoding the compressed value v found
+// under key, for Get and GetBuf, named by its page and offset: it looks
+// the element up again. The key comes as a copy, so that Get's and
+// GetBuf's key does not escape to the heap (the lookup and the error
+// would keep it).
+func (b *Bucket) inflated(key string, f uint32, v []byte, err error) ([]byte, error) {
 	c := b.Cursor()
-	if err := c.search(key); err != nil {
+	if err := c.search([]byte(key)); err != nil {
 		return nil, err
 	}
 	if r := c.top(); r.n == nil && r.idx < r.count() {

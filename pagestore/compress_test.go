@@ -265,6 +265,9 @@ func TestCorruptCompressedValue(t *testing.T) {
 						!strings.Contains(gerr.Error(), offset) || reseal && !strings.Contains(gerr.Error(), valueAt) {
 						t.Fatalf("Get %s: %v; want a PageError naming %s, %s and (resealed) the %s", key, gerr, path, offset, valueAt)
 					}
+					if _, _, berr := b.GetBuf([]byte(key), make([]byte, 0, 64)); berr == nil || berr.Error() != gerr.Error() {
+						t.Fatalf("GetBuf %s: %v; want Get's %v", key, berr, gerr)
+					}
 					cur := b.Cursor()
 					for k, _ := cur.First(); k != nil; k, _ = cur.Next() {
 						if string(k) >= key {
