@@ -3,8 +3,10 @@
 # own load generator (go.etcd.io/etcd/v3/tools/benchmark, v3.6.8), in one
 # run. Both servers get identical flags and fresh data dirs under
 # $STRATA_BENCH_DIR (default: a temp dir on the disk of /tmp). Each
-# workload runs ROUNDS times per server, alternating etcd and strata so
-# background noise hits both, and the median req/s is reported.
+# round starts both servers fresh and runs every workload on one and
+# then on the other, which one goes first alternating from workload to
+# workload and from round to round, so that background noise hits both;
+# the median of ROUNDS rounds is reported, with each round's ratio.
 #
 # NODES=1 (default): one member, every workload of issue 20 in each round,
 # in this order on one fresh data dir (about 124,000 writes in all):
@@ -40,7 +42,8 @@ cd "$(dirname "$0")/.."
 NODES=${NODES:-1}
 ROUNDS=${ROUNDS:-3}
 TOTAL1=${TOTAL1:-3000}        # puts for the 1-client workload
-TOTAL1000=${TOTAL1000:-50000} # requests for each 1000-client workload
+TOTAL1000=${TOTAL1000:-50000} # requests for each 1000-client workload (NODES=3)
+RANGE1000=${RANGE1000:-150000} # 1-key ranges from 1000 clients (NODES=1; NODES=3 runs TOTAL1000)
 PUT1000=${PUT1000:-75000}     # puts from 1000 clients (NODES=1)
 TXN100=${TXN100:-30000}       # txn-puts from 100 clients (NODES=1)
 PREFIX=${PREFIX:-20000}       # 100-key prefix ranges from 100 clients (NODES=1)
@@ -49,6 +52,7 @@ WATCHPUTS=${WATCHPUTS:-5000}  # puts, at WATCHRATE/s, seen by 1000 watchers (NOD
 WATCHRATE=${WATCHRATE:-1000}
 PODPUTS=${PODPUTS:-20000}     # 2 KiB Kubernetes Pods in JSON put by stratabench after the rest (NODES=1)
 [[ $NODES == 1 || $NODES == 3 ]] || { echo "NODES must be 1 or 3" >&2; exit 2; }
+[[ $NODES == 1 ]] || RANGE1000=$TOTAL1000
 BINDIR=$(bash e2e/build-etcd.sh | tail -1)
 ETCD=$BINDIR/etcd
 CTL=$BINDIR/etcdctl
@@ -66,7 +70,14 @@ mkdir -p "$base"
 # script is interrupted.
 PIDS=()
 ALLDIRS=()
+declare -A SPIDS=() SEPS=() SDIRS=()
 cleanup() {
+	local srv
+	for srv in "${!SPIDS[@]}"; do
+		[[ -n ${SPIDS[$srv]} ]] || continue
+		use "$srv"
+		stop
+	done
 	stop
 	if ((${#ALLDIRS[@]})); then rm -rf "${ALLDIRS[@]}"; fi
 	[[ -n ${STRATA_BENCH_DIR:-} ]] || rm -rf "$base"
@@ -228,80 +239,170 @@ else
 	declare -A label=([1]="put, 1 client (leader)" [1000]="put, 1000 clients/100 conns" [rangel]="range -l, 1000 clients/100 conns")
 fi
 
-declare -A results
+# Both servers run side by side through a round, and each step below
+# runs on one and then at once on the other, which goes first alternating
+# from step to step and from round to round. A step's two measurements are
+# seconds apart, so a slow stretch of this shared machine (its speed moves
+# by half within minutes) falls on both far more often than when each
+# server had half a round to itself. Before each measurement both servers
+# settle: their members' CPU use falls to near idle, so that one server's
+# background work after a load (commits, compaction, the idle trim) is not
+# charged to the other.
+SRVS=(etcd strata)
+# use SRV -> PIDS, EPS, EP and DIRS of that server
+use() {
+	read -ra PIDS <<<"${SPIDS[$1]}"
+	read -ra EPS <<<"${SEPS[$1]}"
+	read -ra DIRS <<<"${SDIRS[$1]}"
+	EP=$(IFS=,; echo "${EPS[*]}")
+}
+
+# allticks -> CPU clock ticks used by every member of both servers
+allticks() {
+	local srv pid
+	for srv in "${SRVS[@]}"; do
+		for pid in ${SPIDS[$srv]:-}; do cat "/proc/$pid/stat"; done
+	done | awk '{t += $14 + $15} END {print t + 0}'
+}
+
+# settle: wait until the members of both servers use at most 2 ticks of
+# CPU in a quarter second (8% of one CPU), for at most 5 s
+settle() {
+	local a b
+	for _ in $(seq 1 20); do
+		a=$(allticks); sleep 0.25; b=$(allticks)
+		((b - a > 2)) || return 0
+	done
+}
+
+# both STEP: STEP SRV on each server, the order alternating
+step=0
+both() {
+	local order=("${SRVS[@]}")
+	(((round + step) % 2)) && order=(strata etcd)
+	step=$((step + 1))
+	local srv
+	for srv in "${order[@]}"; do
+		settle
+		use "$srv"
+		"$1" "$srv"
+	done
+}
+
+# record SRV W VALUE: one measurement of workload W
+record() { results[$1.$2]+="$3 "; }
+# recordcpu SRV W "req/s client-us members-us busy"
+recordcpu() {
+	record "$1" "$2" "${3%% *}"
+	results[$1.cpu.$2]+="$(tr ' ' , <<<"${3#* }") "
+}
+
+# The steps. Each runs against the server whose members use set.
+step_put1() {
+	local srv=$1 lead f0 f1 r1 fs rt
+	lead=$(leader)
+	f0=$(fsync)
+	r1=$(put "$lead" 1 1 "$TOTAL1")
+	f1=$(fsync)
+	# mean WAL fdatasync during the 1-client run, in microseconds
+	fs=$(awk -v a="$f0" -v b="$f1" 'BEGIN {split(a,x," "); split(b,y," "); n=y[2]-x[2]; print (n>0 ? (y[1]-x[1])/n*1e6 : 0)}')
+	record "$srv" fsync "$fs"
+	record "$srv" 1 "$r1"
+	# The same client's round trip with no disk in it: serializable
+	# reads of one key from 1 client on the leader. A put pays this round
+	# trip (gRPC on both sides, the client's and the server's goroutine
+	# wake-ups) plus the fdatasync.
+	"$CTL" --endpoints="$lead" put bench-range-key "$(head -c 256 /dev/zero | tr '\0' v)" >/dev/null
+	rt=$(bench --endpoints="$lead" --conns=1 --clients=1 range bench-range-key --consistency=s --total="$TOTAL1")
+	record "$srv" rtt "$(awk -v r="$rt" 'BEGIN {print (r > 0 ? 1e6 / r : 0)}')"
+	roundline[$srv]=$(printf 'round %d %-6s  %s: %8.1f req/s (WAL fdatasync mean %4.0f us)' "$round" "$srv" "${label[1]}" "$r1" "$fs")
+}
+step_put1000() {
+	local n=$PUT1000
+	[[ $NODES == 1 ]] || n=$TOTAL1000
+	recordcpu "$1" 1000 "$(cpubench "$n" --endpoints="$EP" --conns=100 --clients=1000 put --key-size=8 \
+		--sequential-keys --total="$n" --val-size=256)"
+}
+step_txn100() {
+	recordcpu "$1" txn100 "$(cpubench "$TXN100" --endpoints="$EP" --conns=10 --clients=100 txn-put --key-size=8 \
+		--key-space-size=10000 --val-size=256 --total="$TXN100")"
+}
+step_load() {
+	load "$EP" a100/ 100
+	load "$EP" b10k/ 10000
+}
+step_rangel() {
+	recordcpu "$1" rangel "$(cpubench "$RANGE1000" --endpoints="$EP" --conns=100 --clients=1000 range bench-range-key \
+		--consistency=l --total="$RANGE1000")"
+}
+step_ranges() {
+	recordcpu "$1" ranges "$(cpubench "$RANGE1000" --endpoints="$EP" --conns=100 --clients=1000 range bench-range-key \
+		--consistency=s --total="$RANGE1000")"
+}
+step_prefix100() {
+	recordcpu "$1" prefix100 "$(cpubench "$PREFIX" --endpoints="$EP" --conns=10 --clients=100 range a100/ "$(prefix_end a100/)" \
+		--consistency=l --total="$PREFIX")"
+}
+step_prefix10k() {
+	recordcpu "$1" prefix10k "$(cpubench "$PREFIX10K" --endpoints="$EP" --conns=10 --clients=100 range b10k/ "$(prefix_end b10k/)" \
+		--consistency=l --limit=500 --total="$PREFIX10K")"
+}
+# the watch latency, then the RSS right after it and 5 s later (the same
+# pause for both servers), then the sizes on disk
+step_watch() {
+	record "$1" watchp99 "$(p99 --endpoints="$EP" --conns=10 --clients=10 watch-latency --streams=10 \
+		--watchers-per-stream=100 --put-rate="$WATCHRATE" --put-total="$WATCHPUTS" --val-size=256)"
+	record "$1" rss "$(rss "${PIDS[0]}")"
+	sleep 5
+	record "$1" rss5 "$(rss "${PIDS[0]}")"
+	record "$1" datadir "$(dusize "${DIRS[0]}")"
+	dbsize[$1]=$(dusize "${DIRS[0]}/member/snap/db")
+	record "$1" db "${dbsize[$1]}"
+}
+# etcd's benchmark writes random values, which no engine can compress;
+# values shaped like real objects show what compression saves. Measured
+# after the rows above, as growth.
+step_pods() {
+	"$LOADER" --endpoints "$EP" put --prefix pods/ --key-space-size "$PODPUTS" --sequential-keys \
+		--total "$PODPUTS" --clients 50 --conns 5 --val-size 2048 --val-kind pod >/dev/null 2>&1
+	record "$1" dbpod "$(awk -v a="$(dusize "${DIRS[0]}/member/snap/db")" -v b="${dbsize[$1]}" 'BEGIN {printf "%.1f", a - b}')"
+}
+
+declare -A results roundline dbsize
 for round in $(seq 1 "$ROUNDS"); do
-	for srv in etcd strata; do
+	step=0
+	for srv in "${SRVS[@]}"; do
 		bin=$ETCD; [[ $srv == strata ]] && bin=$STRATA
 		start "$srv" "$bin"
-		lead=$(leader)
-		f0=$(fsync)
-		r1=$(put "$lead" 1 1 "$TOTAL1")
-		f1=$(fsync)
-		# mean WAL fdatasync during the 1-client run, in microseconds
-		fs=$(awk -v a="$f0" -v b="$f1" 'BEGIN {split(a,x," "); split(b,y," "); n=y[2]-x[2]; print (n>0 ? (y[1]-x[1])/n*1e6 : 0)}')
-		results[$srv.fsync]+="$fs "
-		results[$srv.1]+="$r1 "
-		# The same client's round trip with no disk in it: serializable
-		# reads of one key from 1 client on the leader. A put pays this
-		# round trip (gRPC on both sides, the client's and the server's
-		# goroutine wake-ups) plus the fdatasync.
-		"$CTL" --endpoints="$lead" put bench-range-key "$(head -c 256 /dev/zero | tr '\0' v)" >/dev/null
-		rt=$(bench --endpoints="$lead" --conns=1 --clients=1 range bench-range-key --consistency=s --total="$TOTAL1")
-		results[$srv.rtt]+=$(awk -v r="$rt" 'BEGIN {print (r > 0 ? 1e6 / r : 0)}')" "
-		line=$(printf 'round %d %-6s  %s: %8.1f req/s (WAL fdatasync mean %4.0f us)' "$round" "$srv" "${label[1]}" "$r1" "$fs")
-		if [[ $NODES == 1 ]]; then
-			declare -A got=() cpu=()
-			cpu[1000]=$(cpubench "$PUT1000" --endpoints="$EP" --conns=100 --clients=1000 put --key-size=8 \
-				--sequential-keys --total="$PUT1000" --val-size=256)
-			cpu[txn100]=$(cpubench "$TXN100" --endpoints="$EP" --conns=10 --clients=100 txn-put --key-size=8 \
-				--key-space-size=10000 --val-size=256 --total="$TXN100")
-			load "$EP" a100/ 100
-			load "$EP" b10k/ 10000
+		SPIDS[$srv]="${PIDS[*]}"; SEPS[$srv]="${EPS[*]}"; SDIRS[$srv]="${DIRS[*]}"
+	done
+	both step_put1
+	both step_put1000
+	if [[ $NODES == 1 ]]; then
+		both step_txn100
+		both step_load
+		both step_rangel
+		both step_ranges
+		both step_prefix100
+		both step_prefix10k
+		both step_watch
+		both step_pods
+	else
+		for srv in "${SRVS[@]}"; do
+			use "$srv"
 			"$CTL" --endpoints="$EP" put bench-range-key "$(head -c 256 /dev/zero | tr '\0' v)" >/dev/null
-			cpu[rangel]=$(cpubench "$TOTAL1000" --endpoints="$EP" --conns=100 --clients=1000 range bench-range-key \
-				--consistency=l --total="$TOTAL1000")
-			cpu[ranges]=$(cpubench "$TOTAL1000" --endpoints="$EP" --conns=100 --clients=1000 range bench-range-key \
-				--consistency=s --total="$TOTAL1000")
-			cpu[prefix100]=$(cpubench "$PREFIX" --endpoints="$EP" --conns=10 --clients=100 range a100/ "$(prefix_end a100/)" \
-				--consistency=l --total="$PREFIX")
-			cpu[prefix10k]=$(cpubench "$PREFIX10K" --endpoints="$EP" --conns=10 --clients=100 range b10k/ "$(prefix_end b10k/)" \
-				--consistency=l --limit=500 --total="$PREFIX10K")
-			for w in "${cpuworkloads[@]}"; do
-				got[$w]=${cpu[$w]%% *}
-				results[$srv.cpu.$w]+="$(tr ' ' , <<<"${cpu[$w]#* }") "
-			done
-			got[watchp99]=$(p99 --endpoints="$EP" --conns=10 --clients=10 watch-latency --streams=10 \
-				--watchers-per-stream=100 --put-rate="$WATCHRATE" --put-total="$WATCHPUTS" --val-size=256)
-			got[rss]=$(rss "${PIDS[0]}")
-			sleep 5 # the same pause for both servers
-			got[rss5]=$(rss "${PIDS[0]}")
-			got[datadir]=$(dusize "${DIRS[0]}")
-			got[db]=$(dusize "${DIRS[0]}/member/snap/db")
-			# etcd's benchmark writes random values, which no engine can
-			# compress; values shaped like real objects show what
-			# compression saves. Measured after the rows above, as growth.
-			"$LOADER" --endpoints "$EP" put --prefix pods/ --key-space-size "$PODPUTS" --sequential-keys \
-				--total "$PODPUTS" --clients 50 --conns 5 --val-size 2048 --val-kind pod >/dev/null 2>&1
-			got[dbpod]=$(awk -v a="$(dusize "${DIRS[0]}/member/snap/db")" -v b="${got[db]}" 'BEGIN {printf "%.1f", a - b}')
-			for w in "${workloads[@]:1}"; do
-				results[$srv.$w]+="${got[$w]} "
-				line+=$(printf '\n        %-38s %10.1f' "${label[$w]}" "${got[$w]}")
-			done
-		else
-			declare -A cpu=()
-			cpu[1000]=$(cpubench "$TOTAL1000" --endpoints="$EP" --conns=100 --clients=1000 put --key-size=8 \
-				--sequential-keys --total="$TOTAL1000" --val-size=256)
-			"$CTL" --endpoints="$EP" put bench-range-key "$(head -c 256 /dev/zero | tr '\0' v)" >/dev/null
-			cpu[rangel]=$(cpubench "$TOTAL1000" --endpoints="$EP" --conns=100 --clients=1000 range bench-range-key \
-				--consistency=l --total="$TOTAL1000")
-			for w in "${cpuworkloads[@]}"; do
-				r=${cpu[$w]%% *}
-				results[$srv.$w]+="$r "
-				results[$srv.cpu.$w]+="$(tr ' ' , <<<"${cpu[$w]#* }") "
-				line+=$(printf '   %s: %8.1f' "${label[$w]}" "$r")
-			done
-		fi
+		done
+		both step_rangel
+	fi
+	for srv in "${SRVS[@]}"; do
+		use "$srv"
 		stop
+		SPIDS[$srv]=""
+		line=${roundline[$srv]}
+		for w in "${workloads[@]:1}"; do
+			v=$(tr ' ' '\n' <<<"${results[$srv.$w]}" | grep . | tail -1)
+			line+=$(printf '\n        %-38s %10.1f' "${label[$w]}" "$v")
+		done
 		echo "$line"
 	done
 done
