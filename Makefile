@@ -269,9 +269,12 @@ bench-engine:
 	STRATA_BENCH_CACHE=$${STRATA_BENCH_CACHE:-$$($(GO) env GOCACHE)/strata-bench-cache} \
 	$(GO) test ./bench/engine -run '^$$' -bench BenchmarkEngine -benchtime 1x -timeout 120m
 
-# NODES=3 compares a 3-member strata cluster with a 3-member etcd 3.7.3
-# cluster (both on this machine's disk); ROUNDS, TOTAL1, TOTAL100 and
-# TOTAL1000 from the environment tune it (bench/compare.sh).
+# strata against etcd 3.7.3 with etcd's benchmark tool: both servers run
+# side by side through each round and every workload runs on one and then
+# on the other. NODES=3 compares a 3-member strata cluster with a 3-member
+# etcd 3.7.3 cluster (both on this machine's disk); ROUNDS, TOTAL1,
+# TOTAL1000, RANGE1000 and the other counts at the top of bench/compare.sh
+# tune it from the environment.
 NODES ?= 1
 bench-compare: build e2e-bin
 	NODES=$(NODES) bash bench/compare.sh
