@@ -245,8 +245,9 @@ fi
 # seconds apart, so a slow stretch of this shared machine (its speed moves
 # by half within minutes) falls on both far more often than when each
 # server had half a round to itself. Before each measurement both servers
-# settle: their members' CPU use falls to near idle, so that one server's
-# background work after a load (commits, compaction, the idle trim) is not
+# settle: dirty pages are written back and the members' CPU use falls to
+# near idle, so that one server's background work after a load (commits,
+# compaction, the idle trim, its writes still in the page cache) is not
 # charged to the other.
 SRVS=(etcd strata)
 # use SRV -> PIDS, EPS, EP and DIRS of that server
@@ -265,10 +266,14 @@ allticks() {
 	done | awk '{t += $14 + $15} END {print t + 0}'
 }
 
-# settle: wait until the members of both servers use at most 2 ticks of
-# CPU in a quarter second (8% of one CPU), for at most 5 s
+# settle: write back what the page cache holds dirty (both servers' WAL
+# segments and db pages, which the kernel would otherwise write during the
+# next measurement, competing with its fdatasyncs), then wait until the
+# members of both servers use at most 2 ticks of CPU in a quarter second
+# (8% of one CPU), for at most 5 s
 settle() {
 	local a b
+	sync
 	for _ in $(seq 1 20); do
 		a=$(allticks); sleep 0.25; b=$(allticks)
 		((b - a > 2)) || return 0
