@@ -6,7 +6,9 @@
 # round starts both servers fresh and runs every workload on one and
 # then on the other, which one goes first alternating from workload to
 # workload and from round to round, so that background noise hits both;
-# the median of ROUNDS rounds is reported, with each round's ratio.
+# the throughput workloads (all but the 1-client put) run in SLICES parts
+# a round, the two servers' parts interleaved. The median of ROUNDS
+# rounds is reported, with each round's ratio.
 #
 # NODES=1 (default): one member, every workload of issue 20 in each round,
 # in this order on one fresh data dir (about 124,000 writes in all):
@@ -48,6 +50,7 @@ PUT1000=${PUT1000:-75000}     # puts from 1000 clients (NODES=1)
 TXN100=${TXN100:-30000}       # txn-puts from 100 clients (NODES=1)
 PREFIX=${PREFIX:-20000}       # 100-key prefix ranges from 100 clients (NODES=1)
 PREFIX10K=${PREFIX10K:-5000}  # 10,000-key prefix ranges (--limit 500) from 100 clients (NODES=1)
+SLICES=${SLICES:-3}          # each throughput workload runs in this many alternating parts a round
 WATCHPUTS=${WATCHPUTS:-5000}  # puts, at WATCHRATE/s, seen by 1000 watchers (NODES=1)
 WATCHRATE=${WATCHRATE:-1000}
 PODPUTS=${PODPUTS:-20000}     # 2 KiB Kubernetes Pods in JSON put by stratabench after the rest (NODES=1)
@@ -294,6 +297,41 @@ both() {
 	done
 }
 
+# sliced STEP: a throughput workload in SLICES parts, STEP SRV PART on
+# each server in turn (etcd, strata, strata, etcd, ...), so that the two
+# servers' parts interleave within seconds: this machine's speed moves by
+# a fifth from one run of a few seconds to the next (the same server, the
+# same load), and a ratio of single runs moves with it. Each part adds to
+# part[SRV.W]; the parts are then combined into one measurement (req/s:
+# all the requests over all the parts' time; CPU per request: the mean).
+sliced() {
+	local i srv order
+	part=()
+	for i in $(seq 1 "$SLICES"); do
+		order=("${SRVS[@]}")
+		(((round + step + i) % 2)) && order=(strata etcd)
+		for srv in "${order[@]}"; do
+			settle
+			use "$srv"
+			"$1" "$srv" "$i"
+		done
+	done
+	step=$((step + 1))
+	local key
+	for key in "${!part[@]}"; do
+		recordcpu "${key%%.*}" "${key#*.}" "$(awk 'NF == 4 && $1 > 0 {
+			n++; t += 1 / $1; c += $2; m += $3; b += $4 }
+			END { if (n) printf "%.4f %.1f %.1f %.2f\n", n / t, c / n, m / n, b / n; else print "0 0 0 0" }' <<<"${part[$key]}")"
+	done
+}
+
+# slice SRV W N ARGS...: one part of workload W, N requests (cpubench)
+slice() {
+	local srv=$1 w=$2
+	shift 2
+	part[$srv.$w]+="$(cpubench "$@")"$'\n'
+}
+
 # record SRV W VALUE: one measurement of workload W
 record() { results[$1.$2]+="$3 "; }
 # recordcpu SRV W "req/s client-us members-us busy"
@@ -325,32 +363,38 @@ step_put1() {
 step_put1000() {
 	local n=$PUT1000
 	[[ $NODES == 1 ]] || n=$TOTAL1000
-	recordcpu "$1" 1000 "$(cpubench "$n" --endpoints="$EP" --conns=100 --clients=1000 put --key-size=8 \
-		--sequential-keys --total="$n" --val-size=256)"
+	n=$((n / SLICES))
+	slice "$1" 1000 "$n" --endpoints="$EP" --conns=100 --clients=1000 put --key-size=8 \
+		--sequential-keys --total="$n" --val-size=256
 }
 step_txn100() {
-	recordcpu "$1" txn100 "$(cpubench "$TXN100" --endpoints="$EP" --conns=10 --clients=100 txn-put --key-size=8 \
-		--key-space-size=10000 --val-size=256 --total="$TXN100")"
+	local n=$((TXN100 / SLICES))
+	slice "$1" txn100 "$n" --endpoints="$EP" --conns=10 --clients=100 txn-put --key-size=8 \
+		--key-space-size=10000 --val-size=256 --total="$n"
 }
 step_load() {
 	load "$EP" a100/ 100
 	load "$EP" b10k/ 10000
 }
 step_rangel() {
-	recordcpu "$1" rangel "$(cpubench "$RANGE1000" --endpoints="$EP" --conns=100 --clients=1000 range bench-range-key \
-		--consistency=l --total="$RANGE1000")"
+	local n=$((RANGE1000 / SLICES))
+	slice "$1" rangel "$n" --endpoints="$EP" --conns=100 --clients=1000 range bench-range-key \
+		--consistency=l --total="$n"
 }
 step_ranges() {
-	recordcpu "$1" ranges "$(cpubench "$RANGE1000" --endpoints="$EP" --conns=100 --clients=1000 range bench-range-key \
-		--consistency=s --total="$RANGE1000")"
+	local n=$((RANGE1000 / SLICES))
+	slice "$1" ranges "$n" --endpoints="$EP" --conns=100 --clients=1000 range bench-range-key \
+		--consistency=s --total="$n"
 }
 step_prefix100() {
-	recordcpu "$1" prefix100 "$(cpubench "$PREFIX" --endpoints="$EP" --conns=10 --clients=100 range a100/ "$(prefix_end a100/)" \
-		--consistency=l --total="$PREFIX")"
+	local n=$((PREFIX / SLICES))
+	slice "$1" prefix100 "$n" --endpoints="$EP" --conns=10 --clients=100 range a100/ "$(prefix_end a100/)" \
+		--consistency=l --total="$n"
 }
 step_prefix10k() {
-	recordcpu "$1" prefix10k "$(cpubench "$PREFIX10K" --endpoints="$EP" --conns=10 --clients=100 range b10k/ "$(prefix_end b10k/)" \
-		--consistency=l --limit=500 --total="$PREFIX10K")"
+	local n=$((PREFIX10K / SLICES))
+	slice "$1" prefix10k "$n" --endpoints="$EP" --conns=10 --clients=100 range b10k/ "$(prefix_end b10k/)" \
+		--consistency=l --limit=500 --total="$n"
 }
 # the watch latency, then the RSS right after it and 5 s later (the same
 # pause for both servers), then the sizes on disk
@@ -373,7 +417,7 @@ step_pods() {
 	record "$1" dbpod "$(awk -v a="$(dusize "${DIRS[0]}/member/snap/db")" -v b="${dbsize[$1]}" 'BEGIN {printf "%.1f", a - b}')"
 }
 
-declare -A results roundline dbsize
+declare -A results roundline dbsize part
 for round in $(seq 1 "$ROUNDS"); do
 	step=0
 	for srv in "${SRVS[@]}"; do
@@ -382,14 +426,14 @@ for round in $(seq 1 "$ROUNDS"); do
 		SPIDS[$srv]="${PIDS[*]}"; SEPS[$srv]="${EPS[*]}"; SDIRS[$srv]="${DIRS[*]}"
 	done
 	both step_put1
-	both step_put1000
+	sliced step_put1000
 	if [[ $NODES == 1 ]]; then
-		both step_txn100
+		sliced step_txn100
 		both step_load
-		both step_rangel
-		both step_ranges
-		both step_prefix100
-		both step_prefix10k
+		sliced step_rangel
+		sliced step_ranges
+		sliced step_prefix100
+		sliced step_prefix10k
 		both step_watch
 		both step_pods
 	else
@@ -397,7 +441,7 @@ for round in $(seq 1 "$ROUNDS"); do
 			use "$srv"
 			"$CTL" --endpoints="$EP" put bench-range-key "$(head -c 256 /dev/zero | tr '\0' v)" >/dev/null
 		done
-		both step_rangel
+		sliced step_rangel
 	fi
 	for srv in "${SRVS[@]}"; do
 		use "$srv"
