@@ -44,18 +44,8 @@ func (b *Bucket) Tx() *Tx { return b.tx }
 // empty value is a non-nil empty slice). The slice is valid only until the
 // transaction ends and must not be modified.
 func (b *Bucket) Get(key []byte) ([]byte, error) {
-	if err := b.usable(false); err != nil {
-		return nil, err
-	}
-	v, f, err := b.get(key)
-	if err != nil || f&elemFlagsCompressed == 0 {
-		return v, err
-	}
-	out, err := inflate(f, v)
-	if err != nil {
-		out, err = b.inflated(string(key), f, v, err)
-	}
-	return out, err
+	v, _, err := b.GetBuf(key, nil)
+	return v, err
 }
 
 // GetBuf is Get for a caller that reads many values and copies each one
@@ -80,10 +70,9 @@ func (b *Bucket) GetBuf(key, buf []byte) (value, next []byte, err error) {
 }
 
 // inflated returns the error of decoding the compressed value v found
-// under key, for Get and GetBuf, named by its page and offset: it looks
-// the element up again. The key comes as a copy, so that Get's and
-// GetBuf's key does not escape to the heap (the lookup and the error
-// would keep it).
+// under key, for GetBuf, named by its page and offset: it looks the
+// element up again. The key comes as a copy, so that GetBuf's key does
+// not escape to the heap (the lookup and the error would keep it).
 func (b *Bucket) inflated(key string, f uint32, v []byte, err error) ([]byte, error) {
 	c := b.Cursor()
 	if err := c.search([]byte(key)); err != nil {
