@@ -283,13 +283,11 @@ settle() {
 	done
 }
 
-# both STEP: STEP SRV on each server, the order alternating
-step=0
-both() {
-	local order=("${SRVS[@]}")
-	(((round + step) % 2)) && order=(strata etcd)
-	step=$((step + 1))
-	local srv
+# pass STEP PARITY: STEP SRV on each server in turn, etcd first when
+# PARITY is even, strata first when it is odd
+pass() {
+	local order=("${SRVS[@]}") srv
+	(($2 % 2)) && order=(strata etcd)
 	for srv in "${order[@]}"; do
 		settle
 		use "$srv"
@@ -297,27 +295,29 @@ both() {
 	done
 }
 
-# sliced STEP: a throughput workload in SLICES parts, STEP SRV PART on
-# each server in turn (etcd, strata, strata, etcd, ...), so that the two
+# both STEP: STEP on both servers, the order alternating from step to
+# step and from round to round
+step=0
+both() {
+	pass "$1" $((round + step))
+	step=$((step + 1))
+}
+
+# sliced STEP: a throughput workload in SLICES passes, the order flipping
+# from pass to pass (etcd, strata, strata, etcd, ...), so that the two
 # servers' parts interleave within seconds: this machine's speed moves by
 # a fifth from one run of a few seconds to the next (the same server, the
 # same load), and a ratio of single runs moves with it. Each part adds to
-# part[SRV.W]; the parts are then combined into one measurement (req/s:
-# all the requests over all the parts' time; CPU per request: the mean).
+# part[SRV.W] (slice); the parts are then combined into one measurement
+# (req/s: all the requests over all the parts' time; CPU per request:
+# the mean).
 sliced() {
-	local i srv order
+	local i key
 	part=()
 	for i in $(seq 1 "$SLICES"); do
-		order=("${SRVS[@]}")
-		(((round + step + i) % 2)) && order=(strata etcd)
-		for srv in "${order[@]}"; do
-			settle
-			use "$srv"
-			"$1" "$srv" "$i"
-		done
+		pass "$1" $((round + step + i))
 	done
 	step=$((step + 1))
-	local key
 	for key in "${!part[@]}"; do
 		recordcpu "${key%%.*}" "${key#*.}" "$(awk 'NF == 4 && $1 > 0 {
 			n++; t += 1 / $1; c += $2; m += $3; b += $4 }
@@ -325,11 +325,12 @@ sliced() {
 	done
 }
 
-# slice SRV W N ARGS...: one part of workload W, N requests (cpubench)
+# slice SRV W TOTAL ARGS...: one part of workload W, TOTAL / SLICES
+# requests of etcd's benchmark run with ARGS (cpubench)
 slice() {
-	local srv=$1 w=$2
-	shift 2
-	part[$srv.$w]+="$(cpubench "$@")"$'\n'
+	local srv=$1 w=$2 n=$(($3 / SLICES))
+	shift 3
+	part[$srv.$w]+="$(cpubench "$n" "$@" --total="$n")"$'\n'
 }
 
 # record SRV W VALUE: one measurement of workload W
@@ -363,38 +364,32 @@ step_put1() {
 step_put1000() {
 	local n=$PUT1000
 	[[ $NODES == 1 ]] || n=$TOTAL1000
-	n=$((n / SLICES))
 	slice "$1" 1000 "$n" --endpoints="$EP" --conns=100 --clients=1000 put --key-size=8 \
-		--sequential-keys --total="$n" --val-size=256
+		--sequential-keys --val-size=256
 }
 step_txn100() {
-	local n=$((TXN100 / SLICES))
-	slice "$1" txn100 "$n" --endpoints="$EP" --conns=10 --clients=100 txn-put --key-size=8 \
-		--key-space-size=10000 --val-size=256 --total="$n"
+	slice "$1" txn100 "$TXN100" --endpoints="$EP" --conns=10 --clients=100 txn-put --key-size=8 \
+		--key-space-size=10000 --val-size=256
 }
 step_load() {
 	load "$EP" a100/ 100
 	load "$EP" b10k/ 10000
 }
 step_rangel() {
-	local n=$((RANGE1000 / SLICES))
-	slice "$1" rangel "$n" --endpoints="$EP" --conns=100 --clients=1000 range bench-range-key \
-		--consistency=l --total="$n"
+	slice "$1" rangel "$RANGE1000" --endpoints="$EP" --conns=100 --clients=1000 range bench-range-key \
+		--consistency=l
 }
 step_ranges() {
-	local n=$((RANGE1000 / SLICES))
-	slice "$1" ranges "$n" --endpoints="$EP" --conns=100 --clients=1000 range bench-range-key \
-		--consistency=s --total="$n"
+	slice "$1" ranges "$RANGE1000" --endpoints="$EP" --conns=100 --clients=1000 range bench-range-key \
+		--consistency=s
 }
 step_prefix100() {
-	local n=$((PREFIX / SLICES))
-	slice "$1" prefix100 "$n" --endpoints="$EP" --conns=10 --clients=100 range a100/ "$(prefix_end a100/)" \
-		--consistency=l --total="$n"
+	slice "$1" prefix100 "$PREFIX" --endpoints="$EP" --conns=10 --clients=100 range a100/ "$(prefix_end a100/)" \
+		--consistency=l
 }
 step_prefix10k() {
-	local n=$((PREFIX10K / SLICES))
-	slice "$1" prefix10k "$n" --endpoints="$EP" --conns=10 --clients=100 range b10k/ "$(prefix_end b10k/)" \
-		--consistency=l --limit=500 --total="$n"
+	slice "$1" prefix10k "$PREFIX10K" --endpoints="$EP" --conns=10 --clients=100 range b10k/ "$(prefix_end b10k/)" \
+		--consistency=l --limit=500
 }
 # the watch latency, then the RSS right after it and 5 s later (the same
 # pause for both servers), then the sizes on disk
