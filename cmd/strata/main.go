@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/strata-db/strata/internal/procs"
+	"github.com/strata-db/strata/internal/stacks"
 	"github.com/strata-db/strata/server"
 	"github.com/strata-db/strata/server/config"
 )
@@ -20,6 +21,12 @@ import (
 func main() { os.Exit(run()) }
 
 func run() int {
+	// Re-executes the binary with stack shrinking off (see package
+	// stacks); returns only if that was not needed or failed, and then
+	// the process runs on as it started.
+	if err := stacks.Keep(); err != nil {
+		fmt.Fprintf(os.Stderr, "strata: running with goroutine stack shrinking on: re-executing with GODEBUG=%s failed: %v\n", stacks.Setting, err)
+	}
 	if len(os.Args) > 1 && os.Args[1] == "gateway" {
 		return runGateway(os.Args[2:], os.Stdout, os.Stderr)
 	}
