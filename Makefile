@@ -61,7 +61,7 @@ testguard-test:
 	cd .ci/testguard && $(GO) vet . && $(GO) test -count=1 .
 
 # Short fuzz runs of every fuzz target (package:Func); each runs FUZZTIME.
-FUZZ_TARGETS := wal:FuzzDecodeRecord lease:FuzzRecordDecode raft/transport:FuzzMessageStream raft/transport:FuzzMsgAppV2Stream server:FuzzClientRPC server:FuzzDecodeFast \
+FUZZ_TARGETS := wal:FuzzDecodeRecord lease:FuzzRecordDecode raft/transport:FuzzMessageStream raft/transport:FuzzMsgAppV2Stream server:FuzzClientRPC server:FuzzDecodeFast server:FuzzPutProposal \
 	pagestore:FuzzOpenDamagedFile etcdsnap:FuzzToPageStore mvcc:FuzzOpenStore server/config:FuzzParse wal:FuzzOpenDir
 
 fuzz:

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-db/strata/auth"
 	"github.com/strata-db/strata/mvcc"
@@ -103,6 +102,11 @@ func (s *Server) propose(ctx context.Context, req *pb.InternalRaftRequest) (appl
 // call, even once it has returned: this member's apply goroutine may be
 // applying req itself (waitRegistry.local) after the caller gave up.
 func (s *Server) proposeAs(ctx context.Context, req *pb.InternalRaftRequest, ai *auth.AuthInfo) (applyResult, error) {
+	return s.proposeEncoded(ctx, req, ai, marshalProposal)
+}
+
+// proposeEncoded is proposeAs with the request's entry encoded by encode.
+func (s *Server) proposeEncoded(ctx context.Context, req *pb.InternalRaftRequest, ai *auth.AuthInfo, encode proposalEncoder) (applyResult, error) {
 	if err := s.checkQuota(req); err != nil {
 		return applyResult{}, err
 	}
@@ -121,7 +125,7 @@ func (s *Server) proposeAs(ctx context.Context, req *pb.InternalRaftRequest, ai 
 	if ai != nil {
 		req.Header.Username, req.Header.AuthRevision = ai.Username, ai.Revision
 	}
-	data, err := proto.Marshal(req)
+	data, err := encode(req)
 	if err != nil {
 		return applyResult{}, err
 	}
@@ -345,7 +349,7 @@ func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, 
 	if err := k.s.deferAuthToApply(k.s.auth.IsPutRequestPermitted(ai, r, k.s.leaseKeys)); err != nil {
 		return nil, auth.ToGRPCError(err)
 	}
-	res, err := k.s.proposeAs(ctx, &pb.InternalRaftRequest{Put: r}, ai)
+	res, err := k.s.proposeEncoded(ctx, &pb.InternalRaftRequest{Put: r}, ai, encodePutProposal)
 	if err == nil {
 		err = res.err
 	}
