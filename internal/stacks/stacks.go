@@ -5,29 +5,25 @@
 // environment.
 //
 // Why: a request runs on one of gRPC's stream workers, or on a new
-// goroutine when every worker is busy. Its handler needs 8-16 KiB of
-// stack. A new goroutine starts at the runtime's estimate of a typical
-// stack, which the member's many idle goroutines keep near 2 KiB, so it
-// grows two or three times, and every growth copies the stack. A worker
-// keeps its grown stack between requests, but each collection (about 9 a
-// second under 1000 clients' puts, with a live heap near 20 MiB) halves
-// the stack of every worker idle at that moment, so most requests pay a
-// growth again. CPU profiles of a member under etcd's benchmark put 8.7%
-// of its CPU in runtime.copystack for puts from 1000 clients (mostly new
-// goroutines) and 5% for 1-key serializable ranges (mostly workers).
-// With enough workers for the requests in flight (server/serve.go) the
-// puts' share fell to 3.6%, all of it workers regrowing; with shrinking
-// off as well, to nothing in either profile. Six alternating pairs of
-// 50,000 puts from 1000 clients, against a member with neither change:
-// the member's CPU per put 6% lower (29.4 against 31.4 us) and 5% more
-// puts a second; the same for 1-key serializable reads measured 1.5%
-// lower (21.2 against 21.5 us), inside the pairs' spread. The RSS after
-// the runs was not higher (46 against 88 MiB after the puts).
+// goroutine when every worker is busy (server/serve.go). Its handler
+// needs about 8 KiB of stack. A worker keeps its grown stack between
+// requests, but each collection (about 9 a second under load, with a
+// live heap near 20 MiB) halves the stack of every worker idle at that
+// moment, so the next request on it grows it again, and every growth
+// copies the stack. A new goroutine starts at the runtime's estimate of
+// a typical stack, which shrunk idle goroutines keep small. CPU profiles
+// of a member under etcd's benchmark: runtime.copystack 5% of the
+// member's CPU under 1-key serializable ranges from 1000 clients, 1.4%
+// with shrinking off; 8.7% under puts from 1000 clients (mostly new
+// goroutines), 5.8% with it off. Six alternating pairs of 150,000 reads
+// against a member without this: its CPU per read 8% lower (19.1
+// against 20.9 us) and 6% more reads a second; for puts, no difference
+// beyond the pairs' spread.
 //
 // The cost is memory that an idle goroutine no longer gives back: a
-// goroutine keeps the largest stack it ever needed. The member's
-// goroutines are its workers, one reader and one writer per connection,
-// and a few per watch stream; at 8-16 KiB each that is a few MiB.
+// goroutine keeps the largest stack it ever needed, 8 KiB or so for the
+// 256 workers. bench/compare.sh's RSS after its run was 45.1 MiB, against
+// 43.7-44.4 MiB without.
 //
 // Go reads its runtime debug variables from GODEBUG only as the process
 // starts, and neither a //go:debug directive nor go.mod's godebug lines
