@@ -6,7 +6,7 @@
 # round starts both servers fresh and runs every workload on one and
 # then on the other, which one goes first alternating from workload to
 # workload and from round to round, so that background noise hits both;
-# the throughput workloads (all but the 1-client put) run in SLICES parts
+# every throughput workload (the 1-client put too) runs in SLICES parts
 # a round, the two servers' parts interleaved. The median of ROUNDS
 # rounds is reported, with each round's ratio.
 #
@@ -343,19 +343,29 @@ recordcpu() {
 
 # The steps. Each runs against the server whose members use set.
 step_put1() {
-	local srv=$1 lead f0 f1 r1 fs rt
+	local srv=$1 lead f0 f1
 	lead=$(leader)
 	f0=$(fsync)
-	r1=$(put "$lead" 1 1 "$TOTAL1")
+	# one part: "req/s 0 0 0" (no CPU columns for this row)
+	part[$srv.1]+="$(put "$lead" 1 1 $((TOTAL1 / SLICES))) 0 0 0"$'\n'
 	f1=$(fsync)
-	# mean WAL fdatasync during the 1-client run, in microseconds
-	fs=$(awk -v a="$f0" -v b="$f1" 'BEGIN {split(a,x," "); split(b,y," "); n=y[2]-x[2]; print (n>0 ? (y[1]-x[1])/n*1e6 : 0)}')
+	# the WAL fdatasyncs' total time and count during the parts
+	fsyncs[$srv]=$(awk -v a="$f0" -v b="$f1" -v s="${fsyncs[$srv]:-0 0}" 'BEGIN {
+		split(a, x, " "); split(b, y, " "); split(s, z, " "); print z[1] + y[1] - x[1], z[2] + y[2] - x[2] }')
+}
+# after the sliced 1-client puts: their mean WAL fdatasync, then the same
+# client's round trip with no disk in it
+step_rtt() {
+	local srv=$1 lead fs r1 rt
+	lead=$(leader)
+	# mean WAL fdatasync during the 1-client parts, in microseconds
+	fs=$(awk -v s="${fsyncs[$srv]:-0 0}" 'BEGIN {split(s, z, " "); print (z[2] > 0 ? z[1] / z[2] * 1e6 : 0)}')
+	fsyncs[$srv]=
 	record "$srv" fsync "$fs"
-	record "$srv" 1 "$r1"
-	# The same client's round trip with no disk in it: serializable
-	# reads of one key from 1 client on the leader. A put pays this round
-	# trip (gRPC on both sides, the client's and the server's goroutine
-	# wake-ups) plus the fdatasync.
+	r1=$(tr ' ' '\n' <<<"${results[$srv.1]}" | grep . | tail -1)
+	# Serializable reads of one key from 1 client on the leader. A put
+	# pays this round trip (gRPC on both sides, the client's and the
+	# server's goroutine wake-ups) plus the fdatasync.
 	"$CTL" --endpoints="$lead" put bench-range-key "$(head -c 256 /dev/zero | tr '\0' v)" >/dev/null
 	rt=$(bench --endpoints="$lead" --conns=1 --clients=1 range bench-range-key --consistency=s --total="$TOTAL1")
 	record "$srv" rtt "$(awk -v r="$rt" 'BEGIN {print (r > 0 ? 1e6 / r : 0)}')"
@@ -412,7 +422,7 @@ step_pods() {
 	record "$1" dbpod "$(awk -v a="$(dusize "${DIRS[0]}/member/snap/db")" -v b="${dbsize[$1]}" 'BEGIN {printf "%.1f", a - b}')"
 }
 
-declare -A results roundline dbsize part
+declare -A results roundline dbsize part fsyncs
 for round in $(seq 1 "$ROUNDS"); do
 	step=0
 	for srv in "${SRVS[@]}"; do
@@ -420,7 +430,8 @@ for round in $(seq 1 "$ROUNDS"); do
 		start "$srv" "$bin"
 		SPIDS[$srv]="${PIDS[*]}"; SEPS[$srv]="${EPS[*]}"; SDIRS[$srv]="${DIRS[*]}"
 	done
-	both step_put1
+	sliced step_put1
+	both step_rtt
 	sliced step_put1000
 	if [[ $NODES == 1 ]]; then
 		sliced step_txn100
