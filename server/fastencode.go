@@ -30,11 +30,11 @@ func encodePutProposal(req *pb.InternalRaftRequest) ([]byte, error) {
 	if p == nil || len(p.ProtoReflect().GetUnknown()) > 0 || (h != nil && len(h.ProtoReflect().GetUnknown()) > 0) {
 		return proto.Marshal(req)
 	}
-	putLen := bytesFieldSize(1, len(p.Key)) + bytesFieldSize(1, len(p.Value)) +
-		varintFieldSize(1, uint64(p.Lease)) + boolFieldSize(p.PrevKv) + boolFieldSize(p.IgnoreValue) + boolFieldSize(p.IgnoreLease)
+	putLen := bytesFieldSize(len(p.Key)) + bytesFieldSize(len(p.Value)) +
+		varintFieldSize(uint64(p.Lease)) + boolFieldSize(p.PrevKv) + boolFieldSize(p.IgnoreValue) + boolFieldSize(p.IgnoreLease)
 	hdrLen := 0
 	if h != nil {
-		hdrLen = varintFieldSize(1, h.ID) + bytesFieldSize(1, len(h.Username)) + varintFieldSize(1, h.AuthRevision)
+		hdrLen = varintFieldSize(h.ID) + bytesFieldSize(len(h.Username)) + varintFieldSize(h.AuthRevision)
 	}
 	size := 1 + protowire.SizeBytes(putLen)
 	if h != nil {
@@ -62,21 +62,21 @@ func encodePutProposal(req *pb.InternalRaftRequest) ([]byte, error) {
 	return b, nil
 }
 
-// The sizes and appenders below are for fields numbered below 16 (a
-// one-byte tag), leaving out zero values as proto3 does.
+// The sizes below are for fields numbered below 16 (a one-byte tag); the
+// sizes and the appenders leave out zero values, as proto3 does.
 
-func bytesFieldSize(tagLen, n int) int {
+func bytesFieldSize(n int) int {
 	if n == 0 {
 		return 0
 	}
-	return tagLen + protowire.SizeBytes(n)
+	return 1 + protowire.SizeBytes(n)
 }
 
-func varintFieldSize(tagLen int, v uint64) int {
+func varintFieldSize(v uint64) int {
 	if v == 0 {
 		return 0
 	}
-	return tagLen + protowire.SizeVarint(v)
+	return 1 + protowire.SizeVarint(v)
 }
 
 func boolFieldSize(v bool) int {

@@ -138,18 +138,11 @@ func appendWatchHead(b []byte, cluster, member uint64, rev int64, term uint64, i
 	var h [4 * (1 + binary.MaxVarintLen64)]byte // four tags and varints
 	hb := h[:0]
 	for i, v := range [4]uint64{cluster, member, uint64(rev), term} {
-		if v != 0 {
-			hb = protowire.AppendTag(hb, protowire.Number(i+1), protowire.VarintType)
-			hb = protowire.AppendVarint(hb, v)
-		}
+		hb = appendVarintField(hb, protowire.Number(i+1), v)
 	}
 	b = protowire.AppendTag(b, 1, protowire.BytesType)
 	b = protowire.AppendBytes(b, hb)
-	if id != 0 {
-		b = protowire.AppendTag(b, 2, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(id))
-	}
-	return b
+	return appendVarintField(b, 2, uint64(id))
 }
 
 func (w *watchServer) recvLoop(stream pb.Watch_WatchServer, ws *mvcc.WatchStream, own chan<- *pb.WatchResponse) error {
