@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
@@ -55,6 +56,23 @@ func (c wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 		// events are never written to.
 		return mem.BufferSlice{mem.SliceBuffer(w.head), mem.SliceBuffer(w.events)}, nil
 	}
+	if r, ok := v.(*pb.RangeResponse); ok && len(r.Kvs) == 0 {
+		w := new(wireRange)
+		w.head = appendRangeResponseHead(w.space[:0], r)
+		// The unknown fields are the response's own: nothing writes to
+		// them once the handler has returned it.
+		w.rest = mem.SliceBuffer(r.ProtoReflect().GetUnknown())
+		if c.sent != nil {
+			c.sent.Add(float64(len(w.head) + len(w.rest)))
+		}
+		w.bufs = [2]mem.Buffer{&w.head, &w.rest}
+		return w.bufs[:], nil
+	}
+	return c.marshalMessage(v)
+}
+
+// marshalMessage is Marshal for any message.
+func (c wireCodec) marshalMessage(v any) (mem.BufferSlice, error) {
 	m := messageOf(v)
 	if m == nil {
 		return nil, fmt.Errorf("proto: cannot marshal %T, not a protobuf message", v)
@@ -98,6 +116,15 @@ func (c wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		return nil
 	}
 	return proto.Unmarshal(buf.ReadOnlyData(), m)
+}
+
+// wireRange is a range response on its way out, in one allocation: the
+// head (appendRangeResponseHead) and the stored key-values, as two
+// buffers with nothing to return to a pool.
+type wireRange struct {
+	bufs       [2]mem.Buffer
+	head, rest mem.SliceBuffer
+	space      [64]byte // the head, unless a header has unknown fields
 }
 
 func messageOf(v any) proto.Message {
