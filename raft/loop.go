@@ -809,6 +809,10 @@ func (n *Node) Status() Status {
 // Applied is the last index the state machine has applied.
 func (n *Node) Applied() uint64 { return n.applied.Load() }
 
+// Term is the member's current raft term: Status().Term without the rest
+// of Status (every response header carries it).
+func (n *Node) Term() uint64 { return n.term.Load() }
+
 // IsLeader reports whether this member is the leader.
 func (n *Node) IsLeader() bool { return n.lead.Load() == n.cfg.ID }
 

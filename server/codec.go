@@ -56,17 +56,20 @@ func (c wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 		// events are never written to.
 		return mem.BufferSlice{mem.SliceBuffer(w.head), mem.SliceBuffer(w.events)}, nil
 	}
-	if r, ok := v.(*pb.RangeResponse); ok && len(r.Kvs) == 0 {
-		w := new(wireRange)
-		w.head = appendRangeResponseHead(w.space[:0], r)
-		// The unknown fields are the response's own: nothing writes to
-		// them once the handler has returned it.
-		w.rest = mem.SliceBuffer(r.ProtoReflect().GetUnknown())
-		if c.sent != nil {
-			c.sent.Add(float64(len(w.head) + len(w.rest)))
+	// The two responses a member sends most, when they hold no decoded
+	// key-values: encoded by hand (see appendRangeResponseHead), their
+	// unknown fields after, as proto.Marshal writes them.
+	switch r := v.(type) {
+	case *pb.RangeResponse:
+		if len(r.Kvs) == 0 {
+			w := new(wireMessage)
+			return c.sendHead(w, appendRangeResponseHead(w.space[:0], r), r.ProtoReflect().GetUnknown()), nil
 		}
-		w.bufs = [2]mem.Buffer{&w.head, &w.rest}
-		return w.bufs[:], nil
+	case *pb.PutResponse:
+		if r.PrevKv == nil {
+			w := new(wireMessage)
+			return c.sendHead(w, appendResponseHeader(w.space[:0], r.Header), r.ProtoReflect().GetUnknown()), nil
+		}
 	}
 	return c.marshalMessage(v)
 }
@@ -118,13 +121,28 @@ func (c wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return proto.Unmarshal(buf.ReadOnlyData(), m)
 }
 
-// wireRange is a range response on its way out, in one allocation: the
-// head (appendRangeResponseHead) and the stored key-values, as two
-// buffers with nothing to return to a pool.
-type wireRange struct {
+// wireMessage is a response on its way out, in one allocation: its head
+// and the rest (a range's stored key-values), as two buffers with nothing
+// to return to a pool.
+type wireMessage struct {
 	bufs       [2]mem.Buffer
 	head, rest mem.SliceBuffer
 	space      [64]byte // the head, unless a header has unknown fields
+}
+
+// sendHead returns w holding head and rest. rest is the response's own
+// unknown fields: nothing writes to them once the handler has returned
+// it.
+func (c wireCodec) sendHead(w *wireMessage, head, rest []byte) mem.BufferSlice {
+	w.head, w.rest = head, rest
+	if c.sent != nil {
+		c.sent.Add(float64(len(head) + len(rest)))
+	}
+	w.bufs = [2]mem.Buffer{&w.head, &w.rest}
+	if len(rest) == 0 {
+		return w.bufs[:1]
+	}
+	return w.bufs[:]
 }
 
 func messageOf(v any) proto.Message {

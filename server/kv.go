@@ -30,14 +30,14 @@ func (s *Server) header(rev int64) *pb.ResponseHeader {
 	if rev == 0 {
 		rev = s.kv.Rev()
 	}
-	return &pb.ResponseHeader{ClusterId: s.cluster, MemberId: s.id, Revision: rev, RaftTerm: s.node.Status().Term}
+	return &pb.ResponseHeader{ClusterId: s.cluster, MemberId: s.id, Revision: rev, RaftTerm: s.node.Term()}
 }
 
 func (s *Server) fill(h *pb.ResponseHeader) {
 	if h == nil {
 		return
 	}
-	h.ClusterId, h.MemberId, h.RaftTerm = s.cluster, s.id, s.node.Status().Term
+	h.ClusterId, h.MemberId, h.RaftTerm = s.cluster, s.id, s.node.Term()
 	if h.Revision == 0 {
 		h.Revision = s.kv.Rev()
 	}

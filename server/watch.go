@@ -112,7 +112,7 @@ func watchCanceled(err error) error {
 // watcher asked for it).
 func (s *Server) sendWatchResponse(stream pb.Watch_WatchServer, r *mvcc.WatchResponse) error {
 	if enc := r.EncodedEvents(); enc != nil && !r.Created && !r.Canceled && r.CompactRevision == 0 && r.CancelReason == "" && (!r.Fragment || len(r.Events) < 2) {
-		head := appendWatchHead(make([]byte, 0, 48), s.cluster, s.id, r.Revision, s.node.Status().Term, r.WatchID)
+		head := appendWatchHead(make([]byte, 0, 48), s.cluster, s.id, r.Revision, s.node.Term(), r.WatchID)
 		return stream.SendMsg(&wireWatchResponse{head: head, events: enc})
 	}
 	for _, m := range r.Proto(s.header(0), int(s.cfg.MaxRequestBytes)) {
