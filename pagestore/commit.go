@@ -147,6 +147,24 @@ func (tx *Tx) commit() (published bool, err error) {
 // debugCommitHook, when set by a test, runs after every published commit.
 var debugCommitHook func(tx *Tx)
 
+// checkpointExtents bounds the extents of a checkpoint record written
+// now, by a transaction that frees freed extents (the chain's included):
+// the free set, the pending frees, those, and one for the record.
+func (fl *freelist) checkpointExtents(freed int) int {
+	est := len(fl.free.ext) + 1 + freed
+	for _, p := range fl.pending {
+		est += len(p.ext)
+	}
+	return est
+}
+
+// checkpointPages is the size in pages of a checkpoint record written
+// now by a transaction that frees freed extents.
+func (db *DB) checkpointPages(freed int) int {
+	ps := db.pageSize
+	return (flHeaderSize + db.fl.checkpointExtents(freed)*extentSize + ps - 1) / ps
+}
+
 // writeFreelistRecord appends this transaction's freelist record (a delta,
 // or a checkpoint when the chain is long) and returns its extent.
 func (tx *Tx) writeFreelistRecord() (extent, bool, error) {
@@ -156,10 +174,7 @@ func (tx *Tx) writeFreelistRecord() (extent, bool, error) {
 	pagesFor := func(extents int) int { return (flHeaderSize + extents*extentSize + ps - 1) / ps }
 	if ckpt {
 		tx.freed = append(tx.freed, fl.chain...)
-		est := len(fl.free.ext) + 1 + len(tx.freed)
-		for _, p := range fl.pending {
-			est += len(p.ext)
-		}
+		est := fl.checkpointExtents(len(tx.freed))
 		n := pagesFor(est)
 		id, err := tx.allocate(n)
 		if err != nil {

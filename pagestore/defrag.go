@@ -102,11 +102,26 @@ func (tx *Tx) ApplyDefrag(plan *DefragPlan) (int, error) {
 	if !tx.writable {
 		return 0, ErrTxNotWritable
 	}
-	moved, err := tx.relocate(plan.moves)
+	// A page moves only into a free page below the target. Pages that
+	// were freed while a reader still sees them are pending, not free:
+	// without room, the commit would put the moved pages (and a new
+	// freelist checkpoint) back at the end of the file, where the next
+	// step would find them again, and a reader that stays open (a
+	// snapshot streaming to a follower, etcdctl snapshot save) would see
+	// the file grow step after step. The checkpoint that takes a freelist
+	// record out of the tail goes first; the moves get what room is left,
+	// less a page for this commit's own freelist record.
+	room := int(tx.db.fl.free.countBelow(plan.target))
+	if plan.chain {
+		if ckpt := tx.db.checkpointPages(len(tx.db.fl.chain) + 2*len(plan.moves)); ckpt <= room {
+			tx.forceCheckpoint = true
+			room -= ckpt
+		}
+	}
+	moved, err := tx.relocate(plan.moves, room-1)
 	if err != nil {
 		return moved, err
 	}
-	tx.forceCheckpoint = tx.forceCheckpoint || plan.chain
 	tx.truncateTail = true
 	tx.defragMoved += moved
 	return moved, nil
@@ -353,8 +368,10 @@ func (tx *Tx) walkBranches(id, target pgid, add func(key []byte, id pgid), depth
 }
 
 // relocate materialises each planned page (if it is still where the plan
-// found it) so the commit rewrites it lower down.
-func (tx *Tx) relocate(moves []defragMove) (int, error) {
+// found it) so the commit rewrites it lower down, as long as room (the
+// free pages below the target not yet promised) takes the page and the
+// ancestors that move with it.
+func (tx *Tx) relocate(moves []defragMove, room int) (int, error) {
 	moved := 0
 	// A multi-page run (a large value) moves only if a hole below it can
 	// take it whole; otherwise the commit would put it back at the end of
@@ -383,12 +400,13 @@ func (tx *Tx) relocate(moves []defragMove) (int, error) {
 				if err != nil {
 					return moved, err
 				}
-				if !fits(p) {
+				if !fits(p) || 1+int(pgOverflow(p)) > room {
 					continue
 				}
 				if _, err := b.materializeRoot(); err != nil {
 					return moved, err
 				}
+				room -= 1 + int(pgOverflow(p))
 				moved++
 			}
 			continue
@@ -411,6 +429,17 @@ func (tx *Tx) relocate(moves []defragMove) (int, error) {
 		if !fits(c.stack[level].p) {
 			continue
 		}
+		// The page and each ancestor not yet materialised are rewritten.
+		cost := 0
+		for i := 0; i <= level; i++ {
+			if r := &c.stack[i]; r.n == nil {
+				cost += 1 + int(pgOverflow(r.p))
+			}
+		}
+		if cost > room {
+			continue
+		}
+		room -= cost
 		n, err := b.materializeRoot()
 		if err != nil {
 			return moved, err

@@ -116,6 +116,18 @@ func (s *freeSet) fitsBelow(n uint64, limit pgid) bool {
 	return false
 }
 
+// countBelow is the number of free pages below limit.
+func (s *freeSet) countBelow(limit pgid) uint64 {
+	var n uint64
+	for _, e := range s.ext {
+		if e.start >= limit {
+			break
+		}
+		n += uint64(min(e.end(), limit) - e.start)
+	}
+	return n
+}
+
 // clip removes every page >= hwm.
 func (s *freeSet) clip(hwm pgid) {
 	for len(s.ext) > 0 {
