@@ -272,6 +272,13 @@ func (n *Node) prepareImage() error {
 	return nil
 }
 
+// ReleaseImage lets go of the image kept for sending snapshots to
+// followers (kept for imageIdle after its last use), so that the page
+// store can reuse the pages it holds: a defrag calls it first. A snapshot
+// being streamed keeps its image until it is sent; a follower that needs
+// one later gets a fresh image.
+func (n *Node) ReleaseImage() { n.images.drop() }
+
 // sendSnapshots hands each MsgSnap in msgs to the transport with its
 // image and returns the other messages. Called from the raft goroutine.
 func (n *Node) sendSnapshots(msgs []*raftpb.Message) []*raftpb.Message {

@@ -124,6 +124,11 @@ func (m *maintenanceServer) Defragment(ctx context.Context, r *pb.DefragmentRequ
 	}
 	go func() {
 		s.logDefragStart(before)
+		// An image kept for followers' snapshots holds pages that the
+		// defrag would otherwise have to wait for.
+		if s.node != nil {
+			s.node.ReleaseImage()
+		}
 		err := s.be.Defrag(context.Background(), nil)
 		if err == nil {
 			s.logDefragDone(before, time.Since(start))
