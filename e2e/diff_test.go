@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/strata-db/strata/e2e/harness"
+	"github.com/strata-db/strata/internal/poll"
 )
 
 var (
@@ -112,6 +113,12 @@ type step struct {
 	refusal bool
 	// sleep pauses once for both sides (for TTLs to expire).
 	sleep time.Duration
+	// retryOn reruns ctl while its output contains this text: a refusal
+	// that lasts a known while, the same on both sides (a member add is
+	// "unhealthy cluster" until the member has been connected to its
+	// peers for etcd's 5 s health interval), so that what is compared is
+	// the answer after it.
+	retryOn string
 }
 
 type scenario struct {
@@ -287,6 +294,22 @@ func (s *side) exec(t *testing.T, st step) string {
 			args[i] = s.expand(a)
 		}
 		r := s.ctl.Run(s.expand(st.stdin), args...)
+		if st.retryOn != "" {
+			tries := 1
+			err := linPoll(poll.Deadline, 100*time.Millisecond, fmt.Sprintf("%s: %s to answer other than %q", s.label, st.name, st.retryOn), func() bool {
+				if !strings.Contains(r.Stdout+r.Stderr, st.retryOn) {
+					return true
+				}
+				tries++
+				r = s.ctl.Run(s.expand(st.stdin), args...)
+				return false
+			})
+			if err != nil {
+				t.Error(err)
+			} else if tries > 1 {
+				t.Logf("%s: %s: answered after %d tries", s.label, st.name, tries)
+			}
+		}
 		for k, re := range st.capture {
 			if m := re.FindStringSubmatch(r.Stdout); m != nil {
 				s.vars[k] = m[1]

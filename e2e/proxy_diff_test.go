@@ -210,6 +210,7 @@ var proxyKnownDiffs = map[string]string{
 	"alice keep-alive --once (denied)":           "keep-alive through etcd's proxy skips the caller's permission check",
 	"move-leader to a non-member":                "the refusal depends on whether the member the proxy reached leads (\"not leader\" or \"bad leader transferee\")",
 	"root keep-alive --once":                     "etcd's proxy answers the TTL left since its lessor's last renewal",
+	"member promote an unsynced learner":         "etcd 3.7's proxy answers MemberPromote \"not implemented\" (a TODO in its source); Strata's forwards it to the members",
 }
 
 // proxySortLines are steps that list keys named after lease ids: their

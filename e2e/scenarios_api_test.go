@@ -204,13 +204,13 @@ func clusterScenario() scenario {
 		c("downgrade cancel when not downgrading", "downgrade", "cancel"),
 		// Not "downgrade enable": the version monitor then lowers the
 		// cluster version on a timer too.
-		{name: "member add --learner", ctl: []string{"member", "add", "m2", "--learner", "--peer-urls=http://10.0.0.9:2380"}, capture: added},
+		{name: "member add --learner", ctl: []string{"member", "add", "m2", "--learner", "--peer-urls=http://10.0.0.9:2380"}, capture: added, retryOn: msgUnhealthy},
 		c("member list with a learner", "member", "list"),
 		c("member list -w json with a learner", "member", "list", "-w", "json"),
 		c("member promote an unsynced learner", "member", "promote", "${m2}"),
 		c("member update", "member", "update", "${m2}", "--peer-urls=http://10.0.0.10:2380"),
 		c("member list after update", "member", "list", "-w", "table"),
-		c("member add a duplicate peer URL", "member", "add", "m3", "--learner", "--peer-urls=http://10.0.0.10:2380"),
+		{name: "member add a duplicate peer URL", ctl: []string{"member", "add", "m3", "--learner", "--peer-urls=http://10.0.0.10:2380"}, retryOn: msgUnhealthy},
 		c("member remove", "member", "remove", "${m2}"),
 		c("member remove again", "member", "remove", "${m2}"),
 		c("member remove unknown", "member", "remove", "1234"),
