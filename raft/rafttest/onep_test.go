@@ -59,9 +59,11 @@ func TestLeaderAppendsLeaveBeforeItsSync(t *testing.T) {
 	e, l := early.Load(), late.Load()
 	t.Logf("of %d appends, a follower had synced its copy before the leader's fdatasync began in %d, after it in %d", rounds, e, l)
 	// Scheduling is not fully ordered (one schedule in 61 takes the
-	// yielding goroutine first, as do the test's own goroutines), so the
-	// bar is a majority; without the yield it is 0 of 200.
-	if e < rounds/2 {
+	// yielding goroutine first, as do the test's own goroutines), and
+	// with other test binaries busy on the machine's CPUs the OS preempts
+	// the one P anywhere: one run beside two other packages' tests saw 62
+	// of 200. Without the yield it is 0 of 200, so the bar is a tenth.
+	if e < rounds/10 {
 		t.Fatalf("the followers synced before the leader in only %d of %d appends; on one P the leader's messages wait for its fdatasync", e, e+l)
 	}
 }
