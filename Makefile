@@ -103,11 +103,19 @@ e2e-bin:
 # Progress: each test's start and result, each scenario's step count, the
 # full-disk tests' figures (FULL-DISK lines), the partition tests' counts
 # (PARTITION lines) and the linearizability counts (LIN lines; the short
-# mode, 2 histories × 300 operations).
+# mode, 2 histories × 300 operations). The tests run in E2E_SHARDS
+# (default 2) processes at once (e2e/shards.sh says why and how);
+# E2E_SCENARIOS=kv|watch runs only those scenarios of TestDiff.
+E2E_SHOW = '^(=== RUN|--- |    --- )|steps,|FULL-DISK|SLOW-FOLLOWER|PARTITION |^LIN |^WATCH |SRV: |GATEWAY |GRPC-PROXY: |PROXY-DIFF |MIXIN: |DASHBOARD: |BACKUP: |^SCALE|RESTORE-GROW|STATEFULSET: |MIXED: |^MIGRATE'
 e2e: build e2e-bin testguard
+ifneq ($(E2E_SCENARIOS),)
 	cd e2e && $(GO) vet ./... && set -o pipefail && \
-		STRATA_E2E_TARGET=../bin/strata $(GO) test -json -count=1 -timeout 25m $(if $(E2E_SCENARIOS),-run 'TestDiff/^($(E2E_SCENARIOS))$$') ./... | \
-		$(GUARD) -show '^(=== RUN|--- |    --- )|steps,|FULL-DISK|SLOW-FOLLOWER|PARTITION |^LIN |^WATCH |SRV: |GATEWAY |GRPC-PROXY: |PROXY-DIFF |MIXIN: |DASHBOARD: |BACKUP: |^SCALE|RESTORE-GROW|STATEFULSET: |MIXED: |^MIGRATE'
+		STRATA_E2E_TARGET=../bin/strata $(GO) test -json -count=1 -timeout 25m -run 'TestDiff/^($(E2E_SCENARIOS))$$' . | \
+		$(GUARD) -show $(E2E_SHOW)
+else
+	cd e2e && $(GO) vet ./... && \
+		STRATA_E2E_TARGET=$(CURDIR)/bin/strata GO=$(GO) bash shards.sh $(GUARD) -show $(E2E_SHOW)
+endif
 
 # The full-disk tests (issue 17 items 3, 4 and 5): bin/strata on small
 # tmpfs file systems the test mounts, one for --wal-dir and one for the
