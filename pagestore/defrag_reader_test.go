@@ -42,20 +42,7 @@ func TestDefragStepsWithReaderHeld(t *testing.T) {
 		}
 	}
 	defer endReader()
-	err = db.Update(func(tx *Tx) error {
-		b, _ := tx.Bucket([]byte("key"))
-		for i := uint64(0); i < total; i++ {
-			if i%10 != 0 {
-				if err := b.Delete(revKey(i)); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	deleteAllBut(t, db, total, 10, 0)
 	want := dump(t, db)
 	before := db.Stats().FileSize
 	moved := 0
@@ -91,5 +78,28 @@ func TestDefragStepsWithReaderHeld(t *testing.T) {
 	t.Logf("file %d bytes with the reader held (%d pages moved), %d after it, %d in use", before, moved, st.FileSize, st.InUseBytes)
 	if limit := st.InUseBytes + 20*int64(db.pageSize); st.FileSize > limit {
 		t.Errorf("after the reader closed: file %d bytes, in use %d", st.FileSize, st.InUseBytes)
+	}
+}
+
+// deleteAllBut deletes, in one commit, the keys revKey(i) of bucket "key"
+// for i below n except those with i%every == keep.
+func deleteAllBut(t *testing.T, db *DB, n, every, keep uint64) {
+	t.Helper()
+	err := db.Update(func(tx *Tx) error {
+		b, err := tx.Bucket([]byte("key"))
+		if err != nil {
+			return err
+		}
+		for i := uint64(0); i < n; i++ {
+			if i%every != keep {
+				if err := b.Delete(revKey(i)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -82,20 +82,7 @@ func TestDefragLargeValues(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	err := db.Update(func(tx *Tx) error {
-		b, _ := tx.Bucket([]byte("key"))
-		for i := uint64(0); i < n; i++ {
-			if i%4 != 3 {
-				if err := b.Delete(revKey(i)); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	deleteAllBut(t, db, n, 4, 3)
 	want := dump(t, db)
 	before := db.Stats()
 	for step := 0; ; step++ {
