@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/strata-db/strata/e2e/harness"
-	"github.com/strata-db/strata/internal/poll"
 )
 
 var (
@@ -293,22 +292,12 @@ func (s *side) exec(t *testing.T, st step) string {
 		for i, a := range st.ctl {
 			args[i] = s.expand(a)
 		}
-		r := s.ctl.Run(s.expand(st.stdin), args...)
+		run := func() harness.Result { return s.ctl.Run(s.expand(st.stdin), args...) }
+		var r harness.Result
 		if st.retryOn != "" {
-			tries := 1
-			err := linPoll(poll.Deadline, 100*time.Millisecond, fmt.Sprintf("%s: %s to answer other than %q", s.label, st.name, st.retryOn), func() bool {
-				if !strings.Contains(r.Stdout+r.Stderr, st.retryOn) {
-					return true
-				}
-				tries++
-				r = s.ctl.Run(s.expand(st.stdin), args...)
-				return false
-			})
-			if err != nil {
-				t.Error(err)
-			} else if tries > 1 {
-				t.Logf("%s: %s: answered after %d tries", s.label, st.name, tries)
-			}
+			r = retryWhile(t, s.label+": "+st.name, st.retryOn, run)
+		} else {
+			r = run()
 		}
 		for k, re := range st.capture {
 			if m := re.FindStringSubmatch(r.Stdout); m != nil {

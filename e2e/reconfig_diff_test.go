@@ -188,17 +188,25 @@ func (cs *clusterSide) rcRun(on int, args ...string) harness.Result {
 // and returns that last answer.
 func (cs *clusterSide) rcRetry(t *testing.T, on int, retryOn string, args ...string) harness.Result {
 	t.Helper()
+	return retryWhile(t, cs.label+": "+shellJoin(args), retryOn, func() harness.Result { return cs.rcRun(on, args...) })
+}
+
+// retryWhile runs run until its output no longer contains retryOn (or
+// poll.Deadline passes, an error of t) and returns the last result; what
+// names the command in the log.
+func retryWhile(t *testing.T, what, retryOn string, run func() harness.Result) harness.Result {
+	t.Helper()
 	var r harness.Result
 	tries := 0
-	err := linPoll(poll.Deadline, 100*time.Millisecond, fmt.Sprintf("%s: %s to answer other than %q", cs.label, shellJoin(args), retryOn), func() bool {
+	err := linPoll(poll.Deadline, 100*time.Millisecond, fmt.Sprintf("%s to answer other than %q", what, retryOn), func() bool {
 		tries++
-		r = cs.rcRun(on, args...)
+		r = run()
 		return !strings.Contains(r.Stdout+r.Stderr, retryOn)
 	})
 	if err != nil {
 		t.Error(err)
 	} else if tries > 1 {
-		t.Logf("%s: %s: answered after %d tries", cs.label, shellJoin(args), tries)
+		t.Logf("%s: answered after %d tries", what, tries)
 	}
 	return r
 }

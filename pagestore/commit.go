@@ -158,11 +158,16 @@ func (fl *freelist) checkpointExtents(freed int) int {
 	return est
 }
 
+// freelistRecordPages is the size in pages of a freelist record of
+// extents extents.
+func freelistRecordPages(extents, pageSize int) int {
+	return (flHeaderSize + extents*extentSize + pageSize - 1) / pageSize
+}
+
 // checkpointPages is the size in pages of a checkpoint record written
 // now by a transaction that frees freed extents.
 func (db *DB) checkpointPages(freed int) int {
-	ps := db.pageSize
-	return (flHeaderSize + db.fl.checkpointExtents(freed)*extentSize + ps - 1) / ps
+	return freelistRecordPages(db.fl.checkpointExtents(freed), db.pageSize)
 }
 
 // writeFreelistRecord appends this transaction's freelist record (a delta,
@@ -171,7 +176,7 @@ func (tx *Tx) writeFreelistRecord() (extent, bool, error) {
 	db, fl, ps := tx.db, tx.db.fl, tx.db.pageSize
 	ckpt := tx.forceCheckpoint || len(fl.chain) >= checkpointEvery ||
 		fl.deltaExtents > max(1024, 2*fl.ckptExtents)
-	pagesFor := func(extents int) int { return (flHeaderSize + extents*extentSize + ps - 1) / ps }
+	pagesFor := func(extents int) int { return freelistRecordPages(extents, ps) }
 	if ckpt {
 		tx.freed = append(tx.freed, fl.chain...)
 		est := fl.checkpointExtents(len(tx.freed))
