@@ -38,6 +38,7 @@
 #   make bench-compare                 # builds what it needs, then runs
 #   make bench-compare NODES=3
 #   ROUNDS=5 TOTAL1=5000 bash bench/compare.sh
+#   NODES=3 PARTS="20000 100000 20000 100000" bash bench/compare.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,7 +52,8 @@ TOTAL1=${TOTAL1:-3000}        # puts for the 1-client workload
 # three members' read batches and streams fill. With 20,000-request
 # parts that start-up was a third of the client's CPU per request and
 # pulled both servers' rates, and so their ratio, toward the start-up's;
-# 100,000-request parts measure the steady state (bench/RESULTS.md).
+# 100,000-request parts measure the steady state (bench/RESULTS.md;
+# PARTS below measures it).
 TOTAL1000=${TOTAL1000:-300000}
 RANGE1000=${RANGE1000:-150000} # 1-key ranges from 1000 clients (NODES=1; NODES=3 runs TOTAL1000)
 PUT1000=${PUT1000:-75000}     # puts from 1000 clients (NODES=1)
@@ -429,6 +431,25 @@ step_pods() {
 		--total "$PODPUTS" --clients 50 --conns 5 --val-size 2048 --val-kind pod >/dev/null 2>&1
 	record "$1" dbpod "$(awk -v a="$(dusize "${DIRS[0]}/member/snap/db")" -v b="${dbsize[$1]}" 'BEGIN {printf "%.1f", a - b}')"
 }
+
+# PARTS="N1 N2 ...": no comparison; one fresh strata cluster of NODES
+# members takes linearizable 1-key ranges from 1000 clients on 100
+# connections, one run of each size in turn, and each run's reads/s and
+# CPU per read (the benchmark's, the members') are printed. A short run
+# that costs more per read than a long one shows the run's start-up
+# (process start, connections, ramp), which a workload's parts above
+# must be long enough to make small (see TOTAL1000).
+if [[ -n ${PARTS:-} ]]; then
+	start strata "$STRATA"
+	"$CTL" --endpoints="$EP" put bench-range-key v >/dev/null
+	printf '%-10s %10s %15s %16s\n' requests reads/s "client us/read" "members us/read"
+	for n in $PARTS; do
+		read -r rps cl mb _ < <(cpubench "$n" --endpoints="$EP" --conns=100 --clients=1000 \
+			range bench-range-key --consistency=l --total="$n")
+		printf '%-10d %10.0f %15s %16s\n' "$n" "$rps" "$cl" "$mb"
+	done
+	exit 0
+fi
 
 declare -A results roundline dbsize part fsyncs
 for round in $(seq 1 "$ROUNDS"); do

@@ -176,11 +176,10 @@ func (tx *Tx) writeFreelistRecord() (extent, bool, error) {
 	db, fl, ps := tx.db, tx.db.fl, tx.db.pageSize
 	ckpt := tx.forceCheckpoint || len(fl.chain) >= checkpointEvery ||
 		fl.deltaExtents > max(1024, 2*fl.ckptExtents)
-	pagesFor := func(extents int) int { return freelistRecordPages(extents, ps) }
 	if ckpt {
 		tx.freed = append(tx.freed, fl.chain...)
 		est := fl.checkpointExtents(len(tx.freed))
-		n := pagesFor(est)
+		n := freelistRecordPages(est, ps)
 		id, err := tx.allocate(n)
 		if err != nil {
 			return extent{}, false, err
@@ -210,7 +209,7 @@ func (tx *Tx) writeFreelistRecord() (extent, bool, error) {
 	}
 	freedN := normalize(append([]extent(nil), tx.freed...))
 	est := len(normalize(append([]extent(nil), tx.allocd...))) + len(freedN) + 1
-	n := pagesFor(est)
+	n := freelistRecordPages(est, ps)
 	id, err := tx.allocate(n)
 	if err != nil {
 		return extent{}, false, err
