@@ -388,6 +388,21 @@ func TestReconfigJoinBySnapshot(t *testing.T) {
 	if v := getValue(t, m2, "k59", false); v != "v" {
 		t.Fatalf("k59=%q on the member that joined by snapshot", v)
 	}
+	// m2 is ready once it has applied its own publish; m1 may apply it
+	// a moment later, and until then it counts m2 as not started and
+	// refuses the next add with "not enough started members".
+	poll.Until(t, "m1 to list m2 as started", func() bool {
+		resp, err := m1.cluster.MemberList(ctxT(t), &pb.MemberListRequest{})
+		if err != nil {
+			return false
+		}
+		for _, pm := range resp.Members {
+			if pm.Name == "m2" {
+				return true
+			}
+		}
+		return false
+	})
 	// The image m2 was sent is still held (it is reused while it is
 	// fresh): a member added now must not be offered it.
 	m3 := c.addMember(m1, "m3", false)
