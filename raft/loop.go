@@ -326,6 +326,7 @@ func (n *Node) send(msgs []*raftpb.Message) {
 		return
 	}
 	msgs = n.sendSnapshots(msgs)
+	msgs = coalesceHeartbeats(msgs)
 	if len(msgs) > 0 && n.cfg.Transport != nil {
 		n.cfg.Transport.Send(msgs)
 	}
