@@ -8,7 +8,7 @@
 # workload and from round to round, so that background noise hits both;
 # every throughput workload (the 1-client put too) runs in SLICES parts
 # a round, the two servers' parts interleaved. The median of ROUNDS
-# rounds is reported, with each round's ratio.
+# rounds' ratios is reported, with each round's ratio.
 #
 # NODES=1 (default): one member, every workload of issue 20 in each round,
 # in this order on one fresh data dir (about 124,000 writes in all):
@@ -492,24 +492,29 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 
 echo
+# The ratio reported is the median of the rounds' ratios. A round's two
+# servers ran in interleaved parts within the same minutes, so its ratio
+# is measured at one speed of this machine, which drifts up to 2x within
+# minutes (bench/RESULTS.md); the ratio of the two servers' medians
+# ("medians", also printed) may pair etcd's median round with
+# strata's from another minute.
 echo "median of $ROUNDS rounds, $NODES member(s) each, 256-byte values, same disk ($base):"
 echo "ratio: strata's advantage (req/s: strata / etcd; latency and sizes: etcd / strata), so above 1.00x favours strata;"
-echo "per round: the ratio of that round's two runs, and the spread (max - min) of those ratios"
-printf '%-40s %10s %10s %8s   %s\n' workload etcd strata ratio "per round (spread)"
+echo "the median of the rounds' ratios; per round: the ratio of that round's two runs, and the spread (max - min) of those ratios;"
+echo "medians: the ratio of the two servers' medians (the etcd and strata columns)"
+printf '%-40s %10s %10s %8s %10s   %s\n' workload etcd strata ratio medians "per round (spread)"
 for w in "${workloads[@]}"; do
 	e=$(tr ' ' '\n' <<<"${results[etcd.$w]}" | grep . | median)
 	s=$(tr ' ' '\n' <<<"${results[strata.$w]}" | grep . | median)
 	inv=${lower[$w]:-0}
-	per=$(awk -v e="${results[etcd.$w]}" -v s="${results[strata.$w]}" -v inv="$inv" 'BEGIN {
-		n = split(e, a, " "); split(s, b, " "); lo = 1e9; hi = 0
-		for (i = 1; i <= n; i++) {
-			r = (inv ? (b[i] > 0 ? a[i] / b[i] : 0) : (a[i] > 0 ? b[i] / a[i] : 0))
-			out = out sprintf("%s%.2f", (i > 1 ? " " : ""), r)
-			if (r < lo) lo = r; if (r > hi) hi = r
-		}
-		printf "%s (%.2f)", out, hi - lo }')
-	ratio=$(awk -v a="$s" -v b="$e" -v inv="$inv" 'BEGIN {if (inv) print (a > 0 ? b / a : 0); else print (b > 0 ? a / b : 0)}')
-	printf '%-40s %10.1f %10.1f %7.2fx   %s\n' "${label[$w]}" "$e" "$s" "$ratio" "$per"
+	rounds=$(awk -v e="${results[etcd.$w]}" -v s="${results[strata.$w]}" -v inv="$inv" 'BEGIN {
+		n = split(e, a, " "); split(s, b, " ")
+		for (i = 1; i <= n; i++) print (inv ? (b[i] > 0 ? a[i] / b[i] : 0) : (a[i] > 0 ? b[i] / a[i] : 0)) }')
+	per=$(awk '{out = out sprintf("%s%.2f", (NR > 1 ? " " : ""), $1); if (NR == 1 || $1 < lo) lo = $1; if ($1 > hi) hi = $1}
+		END {printf "%s (%.2f)", out, hi - lo}' <<<"$rounds")
+	ratio=$(median <<<"$rounds")
+	ofmed=$(awk -v a="$s" -v b="$e" -v inv="$inv" 'BEGIN {if (inv) print (a > 0 ? b / a : 0); else print (b > 0 ? a / b : 0)}')
+	printf '%-40s %10.1f %10.1f %7.2fx %9.2fx   %s\n' "${label[$w]}" "$e" "$s" "$ratio" "$ofmed" "$per"
 done
 
 # Where the CPU went: client and server share this machine's CPUs, so
@@ -518,17 +523,21 @@ done
 # over strata's ("CPU bound"). A measured ratio near the bound says that
 # the rest is the client's share, not a wait in the server.
 echo
-echo "CPU per request in us (median of the rounds; client: etcd's benchmark process, members: all members summed; busy: share of all $NCPU CPUs used over the run)"
+echo "CPU per request in us (median of the rounds; client: etcd's benchmark process, members: all members summed; busy: share of all $NCPU CPUs used over the run; CPU bound and measured: the median of the rounds' own)"
 printf '%-40s %8s %8s %8s %8s %6s %6s %9s %9s\n' workload "etcd cl" "etcd mb" "str cl" "str mb" "busy e" "busy s" "CPU bound" measured
 for w in "${cpuworkloads[@]}"; do
 	col() { tr ' ' '\n' <<<"${results[$1.cpu.$w]}" | grep . | cut -d, -f"$2" | median; }
 	ec=$(col etcd 1); em=$(col etcd 2); eb=$(col etcd 3)
 	sc=$(col strata 1); sm=$(col strata 2); sb=$(col strata 3)
-	e=$(tr ' ' '\n' <<<"${results[etcd.$w]}" | grep . | median)
-	s=$(tr ' ' '\n' <<<"${results[strata.$w]}" | grep . | median)
-	awk -v l="${label[$w]}" -v ec="$ec" -v em="$em" -v sc="$sc" -v sm="$sm" -v eb="$eb" -v sb="$sb" -v e="$e" -v s="$s" 'BEGIN {
-		printf "%-40s %8.1f %8.1f %8.1f %8.1f %6.2f %6.2f %8.2fx %8.2fx\n", l, ec, em, sc, sm, eb, sb,
-			(sc + sm > 0 ? (ec + em) / (sc + sm) : 0), (e > 0 ? s / e : 0) }'
+	# Bound and measured ratio, each the median of the rounds' own.
+	bound=$(awk -v e="${results[etcd.cpu.$w]}" -v s="${results[strata.cpu.$w]}" 'BEGIN {
+		n = split(e, a, " "); split(s, b, " ")
+		for (i = 1; i <= n; i++) {split(a[i], x, ","); split(b[i], y, ","); print (y[1] + y[2] > 0 ? (x[1] + x[2]) / (y[1] + y[2]) : 0)} }' | median)
+	measured=$(awk -v e="${results[etcd.$w]}" -v s="${results[strata.$w]}" 'BEGIN {
+		n = split(e, a, " "); split(s, b, " ")
+		for (i = 1; i <= n; i++) print (a[i] > 0 ? b[i] / a[i] : 0) }' | median)
+	awk -v l="${label[$w]}" -v ec="$ec" -v em="$em" -v sc="$sc" -v sm="$sm" -v eb="$eb" -v sb="$sb" -v bound="$bound" -v m="$measured" 'BEGIN {
+		printf "%-40s %8.1f %8.1f %8.1f %8.1f %6.2f %6.2f %8.2fx %8.2fx\n", l, ec, em, sc, sm, eb, sb, bound, m }'
 done
 
 # The 1-client ceiling: a put must wait for one WAL fdatasync before it is
