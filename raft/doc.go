@@ -166,7 +166,12 @@
 // Linearizable reads call ReadIndex. Concurrent callers are batched: every
 // caller waiting when the raft goroutine next turns shares one raft
 // ReadIndex request; callers arriving later join the next one, so no read
-// is served from an index obtained before the read arrived.
+// is served from an index obtained before the read arrived. On the
+// leader raft broadcasts a heartbeat round for each request it steps
+// (its own member's and each follower's); of the heartbeats, and of a
+// follower's responses, of one term to one peer in a Ready only the last
+// is sent, since raft confirms reads by the highest read position a peer
+// echoed (coalesceHeartbeats).
 //
 // Nothing here assumes a single member: messages go through Transport
 // (the server's is raft/transport, on the peer port; a single member's
