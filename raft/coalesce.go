@@ -3,7 +3,8 @@ package raft
 import "go.etcd.io/raft/v3/raftpb"
 
 // coalesceHeartbeats drops every heartbeat, and every heartbeat response,
-// that a later one of the same term to the same peer in msgs supersedes.
+// that a later one of the same term to the same peer in msgs supersedes,
+// filtering msgs in place.
 //
 // Under linearizable reads a leader's Ready often holds several
 // heartbeat rounds: raft broadcasts one for each ReadIndex request it
@@ -25,21 +26,10 @@ import "go.etcd.io/raft/v3/raftpb"
 // round trips, each a message to encode, send, decode and step on both
 // sides.
 func coalesceHeartbeats(msgs []*raftpb.Message) []*raftpb.Message {
-	n := 0
-	for _, m := range msgs {
-		if t := m.GetType(); t == raftpb.MsgHeartbeat || t == raftpb.MsgHeartbeatResp {
-			n++
-		}
-	}
-	if n < 2 {
-		return msgs
-	}
-	out := msgs[:0:0]
+	out := msgs[:0] // in place, as sendSnapshots
 	for i, m := range msgs {
-		if t := m.GetType(); t == raftpb.MsgHeartbeat || t == raftpb.MsgHeartbeatResp {
-			if supersededLater(msgs[i+1:], m) {
-				continue
-			}
+		if t := m.GetType(); (t == raftpb.MsgHeartbeat || t == raftpb.MsgHeartbeatResp) && supersededLater(msgs[i+1:], m) {
+			continue
 		}
 		out = append(out, m)
 	}

@@ -33,8 +33,9 @@ func TestCoalesceHeartbeatsKeepsLast(t *testing.T) {
 		hb(raftpb.MsgHeartbeatResp, 1, 5, 0, 1),
 		hb(raftpb.MsgHeartbeatResp, 1, 5, 0, 2), // kept
 	}
-	out := coalesceHeartbeats(in)
 	want := []*raftpb.Message{app, in[3], in[4], in[5], in[7]}
+	first, fifth := in[0], in[4]
+	out := coalesceHeartbeats(in)
 	if len(out) != len(want) {
 		t.Fatalf("kept %d messages, want %d: %v", len(out), len(want), out)
 	}
@@ -43,8 +44,8 @@ func TestCoalesceHeartbeatsKeepsLast(t *testing.T) {
 			t.Fatalf("message %d = %v, want %v", i, out[i], want[i])
 		}
 	}
-	if in[0].GetTo() != 2 || in[4].GetCommit() != 11 {
-		t.Fatal("coalescing changed its input")
+	if first.GetTo() != 2 || fifth.GetCommit() != 11 {
+		t.Fatal("coalescing changed a message")
 	}
 	one := []*raftpb.Message{hb(raftpb.MsgHeartbeat, 2, 5, 10, 1), app}
 	if got := coalesceHeartbeats(one); len(got) != 2 {

@@ -280,9 +280,11 @@ func (n *Node) prepareImage() error {
 func (n *Node) ReleaseImage() { n.images.drop() }
 
 // sendSnapshots hands each MsgSnap in msgs to the transport with its
-// image and returns the other messages. Called from the raft goroutine.
+// image and returns the other messages, filtered in place (a Ready's
+// Messages belong to the caller once raft hands them out). Called from
+// the raft goroutine.
 func (n *Node) sendSnapshots(msgs []*raftpb.Message) []*raftpb.Message {
-	out := msgs[:0:0]
+	out := msgs[:0]
 	for _, m := range msgs {
 		if m.GetType() != raftpb.MsgSnap {
 			out = append(out, m)
