@@ -503,6 +503,7 @@ echo "ratio: strata's advantage (req/s: strata / etcd; latency and sizes: etcd /
 echo "the median of the rounds' ratios; per round: the ratio of that round's two runs, and the spread (max - min) of those ratios;"
 echo "medians: the ratio of the two servers' medians (the etcd and strata columns)"
 printf '%-40s %10s %10s %8s %10s   %s\n' workload etcd strata ratio medians "per round (spread)"
+declare -A paired
 for w in "${workloads[@]}"; do
 	e=$(tr ' ' '\n' <<<"${results[etcd.$w]}" | grep . | median)
 	s=$(tr ' ' '\n' <<<"${results[strata.$w]}" | grep . | median)
@@ -513,6 +514,7 @@ for w in "${workloads[@]}"; do
 	per=$(awk '{out = out sprintf("%s%.2f", (NR > 1 ? " " : ""), $1); if (NR == 1 || $1 < lo) lo = $1; if ($1 > hi) hi = $1}
 		END {printf "%s (%.2f)", out, hi - lo}' <<<"$rounds")
 	ratio=$(median <<<"$rounds")
+	paired[$w]=$ratio
 	ofmed=$(awk -v a="$s" -v b="$e" -v inv="$inv" 'BEGIN {if (inv) print (a > 0 ? b / a : 0); else print (b > 0 ? a / b : 0)}')
 	printf '%-40s %10.1f %10.1f %7.2fx %9.2fx   %s\n' "${label[$w]}" "$e" "$s" "$ratio" "$ofmed" "$per"
 done
@@ -529,14 +531,11 @@ for w in "${cpuworkloads[@]}"; do
 	col() { tr ' ' '\n' <<<"${results[$1.cpu.$w]}" | grep . | cut -d, -f"$2" | median; }
 	ec=$(col etcd 1); em=$(col etcd 2); eb=$(col etcd 3)
 	sc=$(col strata 1); sm=$(col strata 2); sb=$(col strata 3)
-	# Bound and measured ratio, each the median of the rounds' own.
+	# The bound, as the ratio above, is the median of the rounds' own.
 	bound=$(awk -v e="${results[etcd.cpu.$w]}" -v s="${results[strata.cpu.$w]}" 'BEGIN {
 		n = split(e, a, " "); split(s, b, " ")
 		for (i = 1; i <= n; i++) {split(a[i], x, ","); split(b[i], y, ","); print (y[1] + y[2] > 0 ? (x[1] + x[2]) / (y[1] + y[2]) : 0)} }' | median)
-	measured=$(awk -v e="${results[etcd.$w]}" -v s="${results[strata.$w]}" 'BEGIN {
-		n = split(e, a, " "); split(s, b, " ")
-		for (i = 1; i <= n; i++) print (a[i] > 0 ? b[i] / a[i] : 0) }' | median)
-	awk -v l="${label[$w]}" -v ec="$ec" -v em="$em" -v sc="$sc" -v sm="$sm" -v eb="$eb" -v sb="$sb" -v bound="$bound" -v m="$measured" 'BEGIN {
+	awk -v l="${label[$w]}" -v ec="$ec" -v em="$em" -v sc="$sc" -v sm="$sm" -v eb="$eb" -v sb="$sb" -v bound="$bound" -v m="${paired[$w]}" 'BEGIN {
 		printf "%-40s %8.1f %8.1f %8.1f %8.1f %6.2f %6.2f %8.2fx %8.2fx\n", l, ec, em, sc, sm, eb, sb, bound, m }'
 done
 
