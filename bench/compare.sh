@@ -35,6 +35,14 @@
 # per request of etcd's benchmark process and of the members, and the
 # ratio those sums bound (client and servers share this machine's CPUs).
 #
+# FLOOR=1 (the default with NODES=1): a third server takes the puts, the
+# txn-puts and the 1-key ranges in each round beside the two,
+# `stratabench floor-server`: a member's gRPC configuration with nothing
+# behind it but a group-committed fdatasync for each put (no raft, index,
+# page store, metrics or auth). Its ratio against etcd is the best a
+# server on gRPC-go can reach on this machine with this client, and the
+# CPU a member spends beyond the floor's is strata's own.
+#
 #   make bench-compare                 # builds what it needs, then runs
 #   make bench-compare NODES=3
 #   ROUNDS=5 TOTAL1=5000 bash bench/compare.sh
@@ -60,6 +68,7 @@ PUT1000=${PUT1000:-75000}     # puts from 1000 clients (NODES=1)
 TXN100=${TXN100:-30000}       # txn-puts from 100 clients (NODES=1)
 PREFIX=${PREFIX:-20000}       # 100-key prefix ranges from 100 clients (NODES=1)
 PREFIX10K=${PREFIX10K:-5000}  # 10,000-key prefix ranges (--limit 500) from 100 clients (NODES=1)
+FLOOR=${FLOOR:-$((NODES == 1))}
 SLICES=${SLICES:-3}          # each throughput workload runs in this many alternating parts a round
 WATCHPUTS=${WATCHPUTS:-5000}  # puts, at WATCHRATE/s, seen by 1000 watchers (NODES=1)
 WATCHRATE=${WATCHRATE:-1000}
@@ -141,6 +150,23 @@ start() {
 		sleep 0.1
 	done
 	echo "$name did not start" >&2; cat "$base/$name"*".$tag.log" >&2; exit 1
+}
+
+# startfloor -> the floor server (stratabench floor-server), with PIDS,
+# EPS, EP and DIRS as start sets them
+startfloor() {
+	local port dir=$base/floor.$RANDOM
+	port=$(ports 1)
+	mkdir -p "$dir"
+	"$LOADER" floor-server --listen "127.0.0.1:$port" --data-dir "$dir" >"$dir.log" 2>&1 &
+	PIDS=($!); EPS=("127.0.0.1:$port"); DIRS=("$dir"); EP=${EPS[0]}
+	ALLDIRS+=("$dir")
+	for _ in $(seq 1 300); do
+		grep -q "^floor serving" "$dir.log" && return 0
+		kill -0 "${PIDS[0]}" 2>/dev/null || break
+		sleep 0.1
+	done
+	echo "the floor server did not start" >&2; cat "$dir.log" >&2; exit 1
 }
 
 stop() {
@@ -263,6 +289,9 @@ fi
 # compaction, the idle trim, its writes still in the page cache) is not
 # charged to the other.
 SRVS=(etcd strata)
+((FLOOR)) && SRVS+=(floor)
+# the steps the floor takes part in
+declare -A floorsteps=([step_put1]=1 [step_put1000]=1 [step_txn100]=1 [step_rangel]=1 [step_ranges]=1)
 # use SRV -> PIDS, EPS, EP and DIRS of that server
 use() {
 	read -ra PIDS <<<"${SPIDS[$1]}"
@@ -294,10 +323,14 @@ settle() {
 }
 
 # pass STEP PARITY: STEP SRV on each server in turn, etcd first when
-# PARITY is even, strata first when it is odd
+# PARITY is even, strata first when it is odd (the floor, when it runs
+# and takes STEP, last when PARITY is even and first when it is odd)
 pass() {
-	local order=("${SRVS[@]}") srv
+	local order=(etcd strata) srv
 	(($2 % 2)) && order=(strata etcd)
+	if ((FLOOR)) && [[ -n ${floorsteps[$1]:-} ]]; then
+		if (($2 % 2)); then order=(floor "${order[@]}"); else order+=(floor); fi
+	fi
 	for srv in "${order[@]}"; do
 		settle
 		use "$srv"
@@ -354,6 +387,10 @@ recordcpu() {
 # The steps. Each runs against the server whose members use set.
 step_put1() {
 	local srv=$1 lead f0 f1
+	if [[ $srv == floor ]]; then
+		part[$srv.1]+="$(put "$EP" 1 1 $((TOTAL1 / SLICES))) 0 0 0"$'\n'
+		return
+	fi
 	lead=$(leader)
 	f0=$(fsync)
 	# one part: "req/s 0 0 0" (no CPU columns for this row)
@@ -456,7 +493,7 @@ for round in $(seq 1 "$ROUNDS"); do
 	step=0
 	for srv in "${SRVS[@]}"; do
 		bin=$ETCD; [[ $srv == strata ]] && bin=$STRATA
-		start "$srv" "$bin"
+		if [[ $srv == floor ]]; then startfloor; else start "$srv" "$bin"; fi
 		SPIDS[$srv]="${PIDS[*]}"; SEPS[$srv]="${EPS[*]}"; SDIRS[$srv]="${DIRS[*]}"
 	done
 	sliced step_put1
@@ -482,9 +519,14 @@ for round in $(seq 1 "$ROUNDS"); do
 		use "$srv"
 		stop
 		SPIDS[$srv]=""
-		line=${roundline[$srv]}
+		line=${roundline[$srv]:-}
+		if [[ $srv == floor ]]; then
+			line=$(printf 'round %d %-6s  %s: %8.1f req/s' "$round" "$srv" "${label[1]}" \
+				"$(tr ' ' '\n' <<<"${results[$srv.1]}" | grep . | tail -1)")
+		fi
 		for w in "${workloads[@]:1}"; do
-			v=$(tr ' ' '\n' <<<"${results[$srv.$w]}" | grep . | tail -1)
+			v=$(tr ' ' '\n' <<<"${results[$srv.$w]:-}" | grep . | tail -1 || true)
+			[[ -n $v ]] || continue
 			line+=$(printf '\n        %-38s %10.1f' "${label[$w]}" "$v")
 		done
 		echo "$line"
@@ -561,3 +603,30 @@ awk -v e="$e1" -v s="$s1" -v sf="$sf" -v ef="$ef" -v sr="$srt" -v er="$ert" 'BEG
 		sc = 1e6 / (sf + sr); ec = 1e6 / (ef + er)
 		printf "1-client ceiling with the round trip (1 / (mean fdatasync + round trip)): strata %.0f req/s = %.2fx etcd; strata reaches %.0f%% of its own, etcd %.0f%% of its own (%.0f req/s)\n", sc, sc / e, 100 * s / sc, 100 * e / ec, ec
 	} }'
+
+# The floor (FLOOR=1): what a server on gRPC-go reaches against etcd
+# with nothing behind its API but an fdatasync for each batch of puts.
+# "floor/etcd" is the best ratio any change to strata's own code could
+# show in this run; "strata/floor" is how much of that strata reaches;
+# "own" is the CPU per request strata's members spend beyond the floor's
+# (its raft, WAL, index, page store, metrics, auth and their garbage).
+if ((FLOOR)); then
+	echo
+	echo "the floor (stratabench floor-server: a member's gRPC configuration, puts group-committed to one file, nothing else), median of the rounds' own ratios:"
+	printf '%-40s %10s %11s %12s %13s %9s %9s %7s\n' workload "floor" "floor/etcd" "strata/etcd" "strata/floor" "floor mb" "str mb" own
+	for w in 1 1000 txn100 rangel ranges; do
+		f=$(tr ' ' '\n' <<<"${results[floor.$w]:-}" | { grep . || true; } | median)
+		[[ -n $f ]] || continue
+		fe=$(awk -v e="${results[etcd.$w]}" -v f="${results[floor.$w]}" 'BEGIN {
+			n = split(e, a, " "); split(f, b, " "); for (i = 1; i <= n; i++) print (a[i] > 0 ? b[i] / a[i] : 0) }' | median)
+		sf=$(awk -v s="${results[strata.$w]}" -v f="${results[floor.$w]}" 'BEGIN {
+			n = split(s, a, " "); split(f, b, " "); for (i = 1; i <= n; i++) print (b[i] > 0 ? a[i] / b[i] : 0) }' | median)
+		fm=- sm=- own=-
+		if [[ $w != 1 && -n ${results[floor.cpu.$w]:-} ]]; then
+			fm=$(tr ' ' '\n' <<<"${results[floor.cpu.$w]}" | grep . | cut -d, -f2 | median)
+			sm=$(tr ' ' '\n' <<<"${results[strata.cpu.$w]}" | grep . | cut -d, -f2 | median)
+			own=$(awk -v a="$sm" -v b="$fm" 'BEGIN {printf "%.1f", a - b}')
+		fi
+		printf '%-40s %10.1f %10.2fx %11.2fx %12.2f %9s %9s %7s\n' "${label[$w]}" "$f" "$fe" "${paired[$w]}" "$sf" "$fm" "$sm" "$own"
+	done
+fi

@@ -32,37 +32,13 @@ const grpcOverheadBytes = 512 * 1024
 // returns once every listener is accepting; the "ready to serve client
 // requests" line is logged when the member can serve.
 func (s *Server) Serve() error {
-	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(int(s.cfg.MaxRequestBytes) + grpcOverheadBytes),
-		grpc.MaxSendMsgSize(math.MaxInt32),
-		grpc.MaxConcurrentStreams(maxStreams(s.cfg.MaxConcurrentStreams)),
-		// Fixed flow-control windows, which also turn off gRPC's
-		// bandwidth-delay probe: with it, the member answers requests
-		// with PINGs that both sides then write, read and acknowledge
-		// (about 1 us of CPU per 1-key read on each side at 1000
-		// clients). A request is at most --max-request-bytes plus
-		// framing; 1 MiB per stream and 8 MiB per connection keep a
-		// LAN's client streams from waiting on window updates.
-		grpc.InitialWindowSize(1 << 20), grpc.InitialConnWindowSize(1 << 23),
-		// Reuse a pool of goroutines for incoming streams instead of
-		// starting one per RPC: a new goroutine may have to grow its
-		// stack (see internal/stacks). A write's handler blocks until its
-		// raft entry is committed and applied, and a watch or keep-alive
-		// stream holds its worker for its lifetime, so the pool is sized
-		// for requests in flight rather than for the CPUs; beyond it,
-		// gRPC starts a goroutine per RPC. Not more: a worker keeps the
-		// stack it grew to (8 KiB or so), and 1024 workers, which ran
-		// every handler of 1000 clients' puts on a worker (5-8% more
-		// puts a second), left the member's RSS after bench/compare.sh
-		// 6.5 MiB higher (51.7 against 45.1 MiB), past 0.7 of etcd's.
-		grpc.NumStreamWorkers(uint32(max(256, 4*runtime.GOMAXPROCS(0)))),
-		grpc.ForceServerCodecV2(wireCodec{sent: s.metrics.grpc.sentBytes, received: s.metrics.grpc.receivedBytes}),
-		experimental.BufferPool(wireBufferPool),
+	opts := append(clientTransportOptions(s.cfg.MaxRequestBytes, s.cfg.MaxConcurrentStreams,
+		wireCodec{sent: s.metrics.grpc.sentBytes, received: s.metrics.grpc.receivedBytes}),
 		grpc.UnaryInterceptor(s.unaryInterceptor),
 		grpc.ChainStreamInterceptor(s.metrics.grpc.streamInterceptor, s.learnerStream, s.authStream),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.cfg.GRPCKeepAliveMinTime, PermitWithoutStream: false}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.cfg.GRPCKeepAliveInterval, Timeout: s.cfg.GRPCKeepAliveTimeout}),
-	}
+	)
 	var clientTLS *tls.Config
 	if needsTLS(s.cfg.ListenClientURLs) || needsTLS(s.cfg.ListenClientHTTPURLs) {
 		var err error
@@ -135,6 +111,39 @@ func (s *Server) Serve() error {
 		}
 	}()
 	return nil
+}
+
+// clientTransportOptions are the client API's gRPC transport and codec
+// options: what every request pays in gRPC before and after a handler.
+// The floor server (floor.go) runs on the same ones.
+func clientTransportOptions(maxRequestBytes uint, maxConcurrentStreams uint32, codec wireCodec) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(int(maxRequestBytes) + grpcOverheadBytes),
+		grpc.MaxSendMsgSize(math.MaxInt32),
+		grpc.MaxConcurrentStreams(maxStreams(maxConcurrentStreams)),
+		// Fixed flow-control windows, which also turn off gRPC's
+		// bandwidth-delay probe: with it, the member answers requests
+		// with PINGs that both sides then write, read and acknowledge
+		// (about 1 us of CPU per 1-key read on each side at 1000
+		// clients). A request is at most --max-request-bytes plus
+		// framing; 1 MiB per stream and 8 MiB per connection keep a
+		// LAN's client streams from waiting on window updates.
+		grpc.InitialWindowSize(1 << 20), grpc.InitialConnWindowSize(1 << 23),
+		// Reuse a pool of goroutines for incoming streams instead of
+		// starting one per RPC: a new goroutine may have to grow its
+		// stack (see internal/stacks). A write's handler blocks until its
+		// raft entry is committed and applied, and a watch or keep-alive
+		// stream holds its worker for its lifetime, so the pool is sized
+		// for requests in flight rather than for the CPUs; beyond it,
+		// gRPC starts a goroutine per RPC. Not more: a worker keeps the
+		// stack it grew to (8 KiB or so), and 1024 workers, which ran
+		// every handler of 1000 clients' puts on a worker (5-8% more
+		// puts a second), left the member's RSS after bench/compare.sh
+		// 6.5 MiB higher (51.7 against 45.1 MiB), past 0.7 of etcd's.
+		grpc.NumStreamWorkers(uint32(max(256, 4*runtime.GOMAXPROCS(0)))),
+		grpc.ForceServerCodecV2(codec),
+		experimental.BufferPool(wireBufferPool),
+	}
 }
 
 func maxStreams(n uint32) uint32 {

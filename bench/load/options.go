@@ -305,6 +305,7 @@ func Usage(w io.Writer) {
   stratabench [global flags] WORKLOAD [flags]   load an etcd v3 endpoint, as etcd's benchmark does
   stratabench disk --dir DIR [flags]            measure a disk as etcd's fio profile does
   stratabench disk compare --fio F --bench B    compare stratabench disk with fio
+  stratabench floor-server --listen A --data-dir D   serve the gRPC floor bench/compare.sh measures
   stratabench help [COMMAND]                    this help, or a command's flags and examples
 
 Load workloads (etcd benchmark's, with its flags and defaults):

@@ -23,7 +23,7 @@ func TestHelp(t *testing.T) {
 		if code != 0 || errs != "" {
 			t.Errorf("%q: exit %d, stderr %q", args, code, errs)
 		}
-		for _, want := range append(load.WorkloadNames(), "stratabench disk --dir", "stratabench disk compare", "Global flags:", "-endpoints", "-clients", "Examples:") {
+		for _, want := range append(load.WorkloadNames(), "stratabench disk --dir", "stratabench disk compare", "stratabench floor-server", "Global flags:", "-endpoints", "-clients", "Examples:") {
 			if !strings.Contains(out, want) {
 				t.Errorf("%q: help lacks %q:\n%s", args, want, out)
 			}
@@ -67,6 +67,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"help", "disk"}, []string{"Usage: stratabench disk --dir DIR", "-dir"}},
 		{[]string{"disk", "compare", "--help"}, []string{"Usage: stratabench disk compare", "-fio", "-bench", "-tolerance", "-write-out", "Examples:\n"}},
 		{[]string{"help", "disk", "compare"}, []string{"Usage: stratabench disk compare", "-fio"}},
+		{[]string{"floor-server", "-h"}, []string{"Usage: stratabench floor-server", "-listen", "-data-dir", "Examples:\n  stratabench floor-server"}},
 	} {
 		code, out, errs := call(c.args...)
 		if code != 0 || errs != "" {
@@ -78,7 +79,7 @@ func TestHelp(t *testing.T) {
 			}
 		}
 	}
-	for _, args := range [][]string{{"nope"}, {"put", "--nope"}, {"disk", "--nope"}, {"disk", "compare", "--nope"}, {"--nope"}} {
+	for _, args := range [][]string{{"nope"}, {"put", "--nope"}, {"disk", "--nope"}, {"disk", "compare", "--nope"}, {"floor-server", "--nope"}, {"floor-server"}, {"--nope"}} {
 		if code, out, errs := call(args...); code != 2 || out != "" || !strings.Contains(errs, "-h") {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, out, errs)
 		}

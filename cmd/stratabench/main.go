@@ -3,6 +3,7 @@
 //	stratabench [global flags] put|range|txn-put|txn-mixed|watch|watch-latency|lease-keepalive [flags]
 //	stratabench disk --dir DIR [--plot FILE]
 //	stratabench disk compare --fio FIO.json... --bench BENCH.json...
+//	stratabench floor-server --listen HOST:PORT --data-dir DIR
 //	stratabench help [COMMAND]
 //
 // Help asked for (-h, --help, help) goes to stdout with exit status 0;
@@ -35,6 +36,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 0
 	case "disk":
 		return runDisk(args[1:], stdout, stderr)
+	case "floor-server":
+		return runFloor(args[1:], stdout, stderr)
 	}
 	return load.Main(args[0], args[1:], stdin, stdout, stderr)
 }
