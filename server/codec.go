@@ -56,7 +56,7 @@ func (c wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 		// events are never written to.
 		return mem.BufferSlice{mem.SliceBuffer(w.head), mem.SliceBuffer(w.events)}, nil
 	}
-	// The two responses a member sends most, when they hold no decoded
+	// The responses a member sends most, when they hold no decoded
 	// key-values: encoded by hand (see appendRangeResponseHead), their
 	// unknown fields after, as proto.Marshal writes them.
 	switch r := v.(type) {
@@ -69,6 +69,16 @@ func (c wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 		if r.PrevKv == nil {
 			w := new(wireMessage)
 			return c.sendHead(w, appendResponseHeader(w.space[:0], r.Header), r.ProtoReflect().GetUnknown()), nil
+		}
+	case *pb.TxnResponse:
+		// A txn of puts' answer (see appendPutTxnResponse).
+		if size, ok := putTxnResponseSize(r); ok {
+			w := new(wireMessage)
+			b := w.space[:0]
+			if size > len(w.space) {
+				b = make([]byte, 0, size)
+			}
+			return c.sendHead(w, appendPutTxnResponse(b, r), nil), nil
 		}
 	}
 	return c.marshalMessage(v)

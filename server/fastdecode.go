@@ -5,8 +5,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// decodeFast decodes the two requests that dominate a member's load, a
-// put and a range, without protobuf's generic decoder, and reports
+// decodeFast decodes the requests that dominate a member's load, a put,
+// a range and a txn of puts (decodePutTxn), without protobuf's generic decoder, and reports
 // whether it did. It takes only the canonical encoding: every field it
 // meets must be one of the message's, with its own wire type; anything
 // else (an unknown field, a wire type that does not match, a truncated
@@ -28,6 +28,8 @@ func decodeFast(b []byte, v any) bool {
 		return decodePut(b, m)
 	case *pb.RangeRequest:
 		return decodeRange(b, m)
+	case *pb.TxnRequest:
+		return decodePutTxn(b, m)
 	}
 	return false
 }
@@ -119,5 +121,54 @@ func decodeRange(b []byte, m *pb.RangeRequest) bool {
 	m.MaxModRevision = int64(f.varint[11])
 	m.MinCreateRevision = int64(f.varint[12])
 	m.MaxCreateRevision = int64(f.varint[13])
+	return true
+}
+
+// txnPut is one put of a txn with the two messages that hold it, in one
+// allocation.
+type txnPut struct {
+	op    pb.RequestOp
+	oneof pb.RequestOp_RequestPut
+	put   pb.PutRequest
+}
+
+// decodePutTxn takes a txn of puts only, as etcd's benchmark's txn-put
+// sends: success ops (field 2) and nothing else, each op holding one
+// request_put (field 2) and nothing else, each put taken by decodePut.
+// An op with its put twice is refused (protobuf would merge the two),
+// and so is any compare or failure op. m is untouched when it refuses.
+//
+// Why: under txn-puts from 100 clients, proto.Unmarshal of the request
+// was 4% of the member's CPU.
+func decodePutTxn(b []byte, m *pb.TxnRequest) bool {
+	var ops []*pb.RequestOp
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || num != 2 || typ != protowire.BytesType {
+			return false
+		}
+		b = b[n:]
+		op, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		num, typ, n = protowire.ConsumeTag(op)
+		if n < 0 || num != 2 || typ != protowire.BytesType {
+			return false
+		}
+		put, k := protowire.ConsumeBytes(op[n:])
+		if k < 0 || n+k != len(op) {
+			return false
+		}
+		tp := new(txnPut)
+		if !decodePut(put, &tp.put) {
+			return false
+		}
+		tp.oneof.RequestPut = &tp.put
+		tp.op.Request = &tp.oneof
+		ops = append(ops, &tp.op)
+	}
+	m.Success = ops
 	return true
 }

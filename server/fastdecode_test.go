@@ -2,6 +2,7 @@ package server
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -20,6 +21,7 @@ func checkFastDecode(t *testing.T, b []byte) {
 	for _, mk := range []func() proto.Message{
 		func() proto.Message { return new(pb.PutRequest) },
 		func() proto.Message { return new(pb.RangeRequest) },
+		func() proto.Message { return new(pb.TxnRequest) },
 	} {
 		fast, ref := mk(), mk()
 		in := append([]byte(nil), b...)
@@ -159,7 +161,93 @@ func FuzzDecodeFast(f *testing.F) {
 		}
 		f.Add(b)
 	}
+	f.Add(randomPutTxn(rand.New(rand.NewPCG(1, 1))))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		checkFastDecode(t, b)
 	})
+}
+
+// randomPutTxn is the encoding of a random txn, mostly of puts (most of
+// them canonical, the rest a randomRequest), sometimes with a compare or a failure op, an op holding
+// its put twice or another request, an empty op, or cut short.
+func randomPutTxn(r *rand.Rand) []byte {
+	var b []byte
+	for n := r.IntN(4); n > 0; n-- {
+		put := randomRequest(r)
+		if r.IntN(4) > 0 {
+			p := &pb.PutRequest{Key: randomBytes(r), Value: randomBytes(r), Lease: int64(randomVarint(r)), PrevKv: r.IntN(2) == 0}
+			put, _ = proto.Marshal(p)
+		}
+		var op []byte
+		switch r.IntN(12) {
+		case 0: // a range op
+			op = protowire.AppendTag(op, 1, protowire.BytesType)
+			op = protowire.AppendBytes(op, put)
+		case 1: // the put twice
+			op = protowire.AppendTag(op, 2, protowire.BytesType)
+			op = protowire.AppendBytes(op, put)
+			op = protowire.AppendTag(op, 2, protowire.BytesType)
+			op = protowire.AppendBytes(op, randomRequest(r))
+		case 2: // an empty op
+		default:
+			op = protowire.AppendTag(op, 2, protowire.BytesType)
+			op = protowire.AppendBytes(op, put)
+		}
+		num := protowire.Number(2)
+		switch r.IntN(12) {
+		case 0:
+			num = 1 // a compare
+		case 1:
+			num = 3 // a failure op
+		}
+		b = protowire.AppendTag(b, num, protowire.BytesType)
+		b = protowire.AppendBytes(b, op)
+	}
+	if r.IntN(8) == 0 && len(b) > 0 {
+		b = b[:r.IntN(len(b))]
+	}
+	return b
+}
+
+// TestDecodePutTxnMatchesProtobuf: a txn of puts decodes on the fast path
+// as protobuf decodes it; any other txn is left to protobuf.
+func TestDecodePutTxnMatchesProtobuf(t *testing.T) {
+	seed := testseed.Seed(t)
+	r := rand.New(rand.NewPCG(seed, seed))
+	put := func(k, v string) *pb.RequestOp {
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(k), Value: []byte(v)}}}
+	}
+	for _, c := range []struct {
+		m    *pb.TxnRequest
+		fast bool
+	}{
+		{&pb.TxnRequest{Success: []*pb.RequestOp{put("00000001", strings.Repeat("v", 256))}}, true}, // etcd's benchmark's txn-put
+		{&pb.TxnRequest{Success: []*pb.RequestOp{put("a", ""), put("", "b"), {Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{}}}}}, true},
+		{&pb.TxnRequest{}, true},
+		{&pb.TxnRequest{Compare: []*pb.Compare{{Key: []byte("a")}}, Success: []*pb.RequestOp{put("a", "b")}}, false},
+		{&pb.TxnRequest{Success: []*pb.RequestOp{put("a", "b")}, Failure: []*pb.RequestOp{put("a", "c")}}, false},
+		{&pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("a")}}}}}, false},
+	} {
+		b, err := proto.Marshal(c.m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkFastDecode(t, b)
+		if got := decodeFast(b, new(pb.TxnRequest)); got != c.fast {
+			t.Fatalf("the fast path took %v: %v, want %v", c.m, got, c.fast)
+		}
+	}
+	taken := 0
+	for i := 0; i < 20000; i++ {
+		b := randomPutTxn(r)
+		checkFastDecode(t, b)
+		var m pb.TxnRequest
+		if decodeFast(b, &m) && len(m.Success) > 0 {
+			taken++
+		}
+	}
+	t.Logf("the fast path took %d of 20000 random txns with puts", taken)
+	if taken < 1000 {
+		t.Fatalf("the fast path took only %d random txns; the generator is not exercising it", taken)
+	}
 }

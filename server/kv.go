@@ -445,7 +445,7 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 		s.fill(resp.Header)
 		return resp, nil
 	}
-	res, err := s.proposeAs(ctx, &pb.InternalRaftRequest{Txn: r}, ai)
+	res, err := s.proposeEncoded(ctx, &pb.InternalRaftRequest{Txn: r}, ai, encodeTxnProposal)
 	if err == nil {
 		err = res.err
 	}
