@@ -24,21 +24,27 @@ import (
 // bytes for a proposal of p with header h, and they decode back to it.
 func checkPutProposal(t *testing.T, p *pb.PutRequest, h *pb.RequestHeader) {
 	t.Helper()
-	req := &pb.InternalRaftRequest{Put: p, Header: h}
-	got, err := encodePutProposal(req)
+	checkProposalEncoder(t, "encodePutProposal", encodePutProposal, &pb.InternalRaftRequest{Put: p, Header: h})
+}
+
+// checkProposalEncoder fails unless encode gives proto.Marshal's bytes
+// for req, and they decode back to it.
+func checkProposalEncoder(t *testing.T, name string, encode proposalEncoder, req *pb.InternalRaftRequest) {
+	t.Helper()
+	got, err := encode(req)
 	if err != nil {
-		t.Fatalf("encodePutProposal(%v): %v", req, err)
+		t.Fatalf("%s(%v): %v", name, req, err)
 	}
 	want, err := proto.Marshal(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Fatalf("encodePutProposal(%v):\n got %x\nwant %x (proto.Marshal)", req, got, want)
+		t.Fatalf("%s(%v):\n got %x\nwant %x (proto.Marshal)", name, req, got, want)
 	}
 	var back pb.InternalRaftRequest
 	if err := proto.Unmarshal(got, &back); err != nil || !proto.Equal(&back, req) {
-		t.Fatalf("encodePutProposal(%v) decodes to %v, %v", req, &back, err)
+		t.Fatalf("%s(%v) decodes to %v, %v", name, req, &back, err)
 	}
 }
 
@@ -143,23 +149,31 @@ func BenchmarkPutProposal(b *testing.B) {
 	}
 }
 
+// checkCodecMarshal fails unless the client API's codec gives
+// proto.Marshal's bytes for m, and returns them.
+func checkCodecMarshal(t *testing.T, m proto.Message) []byte {
+	t.Helper()
+	data, err := wireCodec{}.Marshal(m)
+	if err != nil {
+		t.Fatalf("wireCodec.Marshal(%v): %v", m, err)
+	}
+	got := data.Materialize()
+	want, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("wireCodec.Marshal(%v):\n got %x\nwant %x (proto.Marshal)", m, got, want)
+	}
+	return got
+}
+
 // checkRangeResponse fails unless the client API's codec gives
 // proto.Marshal's bytes for r, and they decode to r with kvs as its
 // key-values.
 func checkRangeResponse(t *testing.T, r *pb.RangeResponse, kvs []*mvccpb.KeyValue) {
 	t.Helper()
-	data, err := wireCodec{}.Marshal(r)
-	if err != nil {
-		t.Fatalf("wireCodec.Marshal(%v): %v", r, err)
-	}
-	got := data.Materialize()
-	want, err := proto.Marshal(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("wireCodec.Marshal(%v):\n got %x\nwant %x (proto.Marshal)", r, got, want)
-	}
+	got := checkCodecMarshal(t, r)
 	var back pb.RangeResponse
 	if err := proto.Unmarshal(got, &back); err != nil {
 		t.Fatalf("wireCodec.Marshal(%v) does not decode: %v", r, err)
@@ -232,18 +246,7 @@ func TestPutResponseMatchesProtobuf(t *testing.T) {
 			// field 15, unknown to PutResponse, holding a varint.
 			resp.ProtoReflect().SetUnknown([]byte{0x78, byte(r.IntN(128))})
 		}
-		data, err := wireCodec{}.Marshal(resp)
-		if err != nil {
-			t.Fatalf("wireCodec.Marshal(%v): %v", resp, err)
-		}
-		got := data.Materialize()
-		want, err := proto.Marshal(resp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Fatalf("wireCodec.Marshal(%v):\n got %x\nwant %x (proto.Marshal)", resp, got, want)
-		}
+		got := checkCodecMarshal(t, resp)
 		var back pb.PutResponse
 		if err := proto.Unmarshal(got, &back); err != nil || !proto.Equal(&back, resp) {
 			t.Fatalf("wireCodec.Marshal(%v) decodes to %v, %v", resp, &back, err)
@@ -389,21 +392,7 @@ func TestTxnProposalMatchesProtobuf(t *testing.T) {
 				req.Header.Username = "root"
 			}
 		}
-		got, err := encodeTxnProposal(req)
-		if err != nil {
-			t.Fatalf("encodeTxnProposal(%v): %v", req, err)
-		}
-		want, err := proto.Marshal(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Fatalf("encodeTxnProposal(%v):\n got %x\nwant %x (proto.Marshal)", req, got, want)
-		}
-		var back pb.InternalRaftRequest
-		if err := proto.Unmarshal(got, &back); err != nil || !proto.Equal(&back, req) {
-			t.Fatalf("encodeTxnProposal(%v) decodes to %v, %v", req, &back, err)
-		}
+		checkProposalEncoder(t, "encodeTxnProposal", encodeTxnProposal, req)
 	}
 	if _, ok := putTxnSize(&pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("k")}}}}}); !ok {
 		t.Fatal("a txn of one put is not taken by the txn encoder")
@@ -450,18 +439,7 @@ func TestPutTxnResponseMatchesProtobuf(t *testing.T) {
 		if _, ok := putTxnResponseSize(resp); ok {
 			byHand++
 		}
-		data, err := wireCodec{}.Marshal(resp)
-		if err != nil {
-			t.Fatalf("wireCodec.Marshal(%v): %v", resp, err)
-		}
-		got := data.Materialize()
-		want, err := proto.Marshal(resp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Fatalf("wireCodec.Marshal(%v):\n got %x\nwant %x (proto.Marshal)", resp, got, want)
-		}
+		checkCodecMarshal(t, resp)
 	}
 	if byHand < 1000 {
 		t.Fatalf("only %d of 5000 responses were encoded by hand; the generator is not exercising it", byHand)
