@@ -80,7 +80,8 @@ func (x *Index) Live() int {
 // lookup returns the entry for key. The probe closure does not escape, so a
 // lookup does not allocate.
 func (x *Index) lookup(key []byte) (*keyIndex, bool) {
-	return x.tree.GetFunc(func(ki *keyIndex) int { return bytes.Compare(ki.key, key) })
+	p := keyPrefix(key)
+	return x.tree.GetFunc(func(ki *keyIndex) int { return compareKey(ki, p, key) })
 }
 
 // mutable returns ki if x owns it, else a copy that x owns and has put in
@@ -128,7 +129,7 @@ func (x *Index) PutPrior(key []byte, rev Revision) (created Revision, ver int64,
 // holds mu for writing.
 func (x *Index) putLocked(key []byte, ki *keyIndex, found bool, rev Revision) error {
 	if !found {
-		ki = &keyIndex{key: bytes.Clone(key), owner: x.owner}
+		ki = newKeyIndex(key, x.owner)
 		if err := ki.put(rev); err != nil {
 			return err
 		}
@@ -180,7 +181,7 @@ func (x *Index) Restore(key []byte, rev, created Revision, ver int64, tombstone 
 	defer x.mu.Unlock()
 	ki, ok := x.lookup(key)
 	if !ok {
-		ki = &keyIndex{key: bytes.Clone(key), owner: x.owner}
+		ki = newKeyIndex(key, x.owner)
 		if tombstone {
 			ki.restoreTombstone(rev)
 		} else {
@@ -243,7 +244,8 @@ func (x *Index) visit(key, end []byte, fn func(*keyIndex) bool) {
 	}
 	var it Iter[*keyIndex]
 	it.reset(x.tree)
-	for ok := it.SeekGEFunc(func(ki *keyIndex) int { return bytes.Compare(ki.key, key) }); ok; ok = it.Next() {
+	p := keyPrefix(key)
+	for ok := it.SeekGEFunc(func(ki *keyIndex) int { return compareKey(ki, p, key) }); ok; ok = it.Next() {
 		ki := it.Item()
 		if bounded && bytes.Compare(ki.key, end) >= 0 {
 			return

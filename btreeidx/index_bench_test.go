@@ -92,3 +92,37 @@ func BenchmarkIndex(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkIndexShortKeys: Get and Put of 10,000 8-byte keys in a random
+// order, as etcd's benchmark's txn-put (--key-size=8
+// --key-space-size=10000) makes them.
+func BenchmarkIndexShortKeys(b *testing.B) {
+	const nkeys = 10_000
+	keys := make([][]byte, nkeys)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "%08d", (i*7919)%nkeys)
+	}
+	x := NewIndex()
+	rev := int64(0)
+	for _, k := range keys {
+		rev++
+		if err := x.Put(k, r(rev)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("get", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			if _, _, _, err := x.Get(keys[(i*31)%nkeys], rev); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("put", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			rev++
+			if _, _, _, err := x.PutPrior(keys[(i*31)%nkeys], r(rev)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package btreeidx
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"maps"
@@ -437,5 +438,29 @@ func TestKeyIndexCompactSameRevision(t *testing.T) {
 	}
 	if got := x.RangeSince(k, nil, 20); !slices.Equal(got, []Revision{rs(20, 2)}) {
 		t.Fatalf("RangeSince(20) = %v", got)
+	}
+}
+
+// TestCompareKeyMatchesBytes: comparing through the 8-byte prefix orders
+// any two keys as bytes.Compare does, short keys, zero bytes and shared
+// prefixes included.
+func TestCompareKeyMatchesBytes(t *testing.T) {
+	r := testRand(t)
+	key := func() []byte {
+		k := make([]byte, r.IntN(13))
+		for i := range k {
+			k[i] = []byte{0, 1, 'a', 0x7f, 0x80, 0xff}[r.IntN(6)]
+		}
+		return k
+	}
+	for i := 0; i < 200000; i++ {
+		a, b := key(), key()
+		ki := newKeyIndex(a, 1)
+		if got, want := compareKey(ki, keyPrefix(b), b), bytes.Compare(a, b); got != want {
+			t.Fatalf("compareKey(%x, %x) = %d, bytes.Compare %d", a, b, got, want)
+		}
+		if got, want := compareKeyIndex(ki, newKeyIndex(b, 1)), bytes.Compare(a, b); got != want {
+			t.Fatalf("compareKeyIndex(%x, %x) = %d, bytes.Compare %d", a, b, got, want)
+		}
 	}
 }
