@@ -6,8 +6,8 @@ import (
 )
 
 // decodeFast decodes the requests that dominate a member's load, a put,
-// a range and a txn of puts (decodePutTxn), without protobuf's generic decoder, and reports
-// whether it did. It takes only the canonical encoding: every field it
+// a range and a txn of puts (decodePutTxn), without protobuf's generic
+// decoder, and reports whether it did. It takes only the canonical encoding: every field it
 // meets must be one of the message's, with its own wire type; anything
 // else (an unknown field, a wire type that does not match, a truncated
 // message) returns false before the message is touched, and the caller

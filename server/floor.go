@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -13,6 +14,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-db/strata/server/config"
 )
 
 // Floor is a measuring instrument, not a server: the client API's gRPC
@@ -36,15 +39,22 @@ type Floor struct {
 	GRPC *grpc.Server
 
 	log     *os.File
-	off     int64 // where the committer writes next
+	off     int64 // where the committer writes next (its own)
+	rev     atomic.Int64
 	mu      sync.Mutex
-	pending []byte          // the puts' bytes not yet written
-	waiters []chan struct{} // closed once an fdatasync covers their put
-	kick    chan struct{}   // wakes the committer
-	done    chan struct{}
-	err     error // the committer's first error, sticky
+	batch   *floorBatch   // the puts not yet written
+	kick    chan struct{} // wakes the committer
+	done    chan struct{} // closed by Close
+	stopped chan struct{} // closed by the committer on its way out
 	kv      []byte
-	rev     int64
+}
+
+// floorBatch is the puts one write and fdatasync make durable.
+type floorBatch struct {
+	data []byte
+	puts int
+	done chan struct{} // closed once err is set
+	err  error
 }
 
 // floorLogSize is the size of the floor's log, which the puts overwrite
@@ -54,36 +64,42 @@ const floorLogSize = 64 << 20
 // NewFloor returns a floor whose log file is dir/floor.log and whose
 // ranges answer a key-value of key key and value value. Serve its GRPC
 // on a listener; Close stops the committer and removes the log.
-func NewFloor(dir string, key, value []byte) (*Floor, error) {
+func NewFloor(dir string, key, value []byte) (_ *Floor, err error) {
 	f, err := os.OpenFile(filepath.Join(dir, "floor.log"), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			f.Close()
+		}
+	}()
 	if _, err := f.Write(make([]byte, floorLogSize)); err != nil {
-		f.Close()
 		return nil, err
 	}
 	if err := unix.Fdatasync(int(f.Fd())); err != nil {
-		f.Close()
 		return nil, err
 	}
 	stored, err := proto.Marshal(&mvccpb.KeyValue{Key: key, Value: value, CreateRevision: 2, ModRevision: 2, Version: 1})
 	if err != nil {
-		f.Close()
 		return nil, err
 	}
-	fl := &Floor{log: f, kick: make(chan struct{}, 1), done: make(chan struct{}), rev: 2,
-		kv: protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), stored)}
-	fl.GRPC = grpc.NewServer(clientTransportOptions(1.5*1024*1024, 0, wireCodec{})...)
+	fl := &Floor{log: f, batch: newFloorBatch(), kick: make(chan struct{}, 1), done: make(chan struct{}),
+		stopped: make(chan struct{}), kv: protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), stored)}
+	fl.rev.Store(2)
+	fl.GRPC = grpc.NewServer(clientTransportOptions(config.DefaultMaxRequestBytes, 0, wireCodec{})...)
 	pb.RegisterKVServer(fl.GRPC, floorKV{fl: fl})
 	go fl.commit()
 	return fl, nil
 }
 
+func newFloorBatch() *floorBatch { return &floorBatch{done: make(chan struct{})} }
+
 // Close stops the gRPC server and the committer, and removes the log.
 func (fl *Floor) Close() error {
 	fl.GRPC.Stop()
 	close(fl.done)
+	<-fl.stopped
 	name := fl.log.Name()
 	err := fl.log.Close()
 	if rerr := os.Remove(name); err == nil {
@@ -92,10 +108,10 @@ func (fl *Floor) Close() error {
 	return err
 }
 
-// commit writes and syncs what is pending whenever kicked: the puts that
-// arrive during one fdatasync share the next.
+// commit writes and syncs the pending batch whenever kicked: the puts
+// that arrive during one fdatasync share the next.
 func (fl *Floor) commit() {
-	var buf []byte
+	defer close(fl.stopped)
 	for {
 		select {
 		case <-fl.done:
@@ -103,57 +119,46 @@ func (fl *Floor) commit() {
 		case <-fl.kick:
 		}
 		fl.mu.Lock()
-		buf, fl.pending = fl.pending, buf[:0]
-		ws := fl.waiters
-		fl.waiters = nil
+		b := fl.batch
+		fl.batch = newFloorBatch()
 		fl.mu.Unlock()
-		if len(ws) == 0 {
+		if b.puts == 0 {
 			continue
 		}
-		if fl.off+int64(len(buf)) > floorLogSize {
+		if fl.off+int64(len(b.data)) > floorLogSize {
 			fl.off = 0
 		}
-		_, err := fl.log.WriteAt(buf[:min(len(buf), floorLogSize)], fl.off)
-		fl.off += int64(len(buf))
+		_, err := fl.log.WriteAt(b.data, fl.off)
+		fl.off += int64(len(b.data))
 		if err == nil {
 			err = unix.Fdatasync(int(fl.log.Fd()))
 		}
 		if err != nil {
-			fl.mu.Lock()
-			if fl.err == nil {
-				fl.err = fmt.Errorf("floor log %s: %w", fl.log.Name(), err)
-			}
-			fl.mu.Unlock()
+			b.err = fmt.Errorf("floor log %s: %w", fl.log.Name(), err)
 		}
-		for _, w := range ws {
-			close(w)
-		}
+		close(b.done)
 	}
 }
 
-// durable appends a put of key and value and returns once an fdatasync covers it, with the
-// revision the put got.
+// durable adds a put of key and value to the pending batch and returns
+// once an fdatasync covers it, with the revision the put got.
 func (fl *Floor) durable(ctx context.Context, key, value []byte) (int64, error) {
-	w := make(chan struct{})
 	fl.mu.Lock()
-	fl.pending = append(append(fl.pending, key...), value...)
-	fl.waiters = append(fl.waiters, w)
-	fl.rev++
-	rev := fl.rev
+	b := fl.batch
+	b.data = append(append(b.data, key...), value...)
+	b.puts++
+	rev := fl.rev.Add(1)
 	fl.mu.Unlock()
 	select {
 	case fl.kick <- struct{}{}:
 	default:
 	}
 	select {
-	case <-w:
+	case <-b.done:
+		return rev, b.err
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
-	fl.mu.Lock()
-	err := fl.err
-	fl.mu.Unlock()
-	return rev, err
 }
 
 type floorKV struct {
@@ -166,10 +171,7 @@ func (k floorKV) header(rev int64) *pb.ResponseHeader {
 }
 
 func (k floorKV) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
-	k.fl.mu.Lock()
-	rev := k.fl.rev
-	k.fl.mu.Unlock()
-	resp := &pb.RangeResponse{Header: k.header(rev), Count: 1}
+	resp := &pb.RangeResponse{Header: k.header(k.fl.rev.Load()), Count: 1}
 	resp.ProtoReflect().SetUnknown(k.fl.kv)
 	return resp, nil
 }
