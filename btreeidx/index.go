@@ -317,6 +317,52 @@ func (x *Index) Revisions(key, end []byte, atRev int64, limit int, withTotal boo
 	return revs, total
 }
 
+// KeyAt is a key as a read at some revision sees it: the revisions of
+// the version visible there. Key belongs to the index and must not be
+// modified.
+type KeyAt struct {
+	Key      []byte
+	Modified Revision
+	Created  Revision
+	Version  int64
+}
+
+// Keys is Revisions with each key's create revision and version beside
+// its mod revision, appended to out: everything etcd's keys-only read
+// returns, which the index answers without the stored values.
+func (x *Index) Keys(key, end []byte, atRev int64, limit int, withTotal bool, out []KeyAt) (keys []KeyAt, total int) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	keys = out
+	if end == nil {
+		ki, ok := x.lookup(key)
+		if !ok {
+			return keys, 0
+		}
+		mod, created, ver, err := ki.get(atRev)
+		if err != nil {
+			return keys, 0
+		}
+		return append(keys, KeyAt{Key: ki.key, Modified: mod, Created: created, Version: ver}), 1
+	}
+	n := 0
+	x.visit(key, end, func(ki *keyIndex) bool {
+		full := limit > 0 && n >= limit
+		if full && !withTotal {
+			return false
+		}
+		if mod, created, ver, err := ki.get(atRev); err == nil {
+			if !full {
+				keys = append(keys, KeyAt{Key: ki.key, Modified: mod, Created: created, Version: ver})
+				n++
+			}
+			total++
+		}
+		return true
+	})
+	return keys, total
+}
+
 // CountRevisions returns how many keys in [key, end) (end as for Range)
 // exist at atRev, counting no further than limit if limit > 0.
 func (x *Index) CountRevisions(key, end []byte, atRev int64, limit int) int {

@@ -348,6 +348,24 @@ func (m *modelRun) checkReads(x *Index, maxRev, minRev int64) {
 	if total != len(wantRevs) || !slices.Equal(revs, wantLim) {
 		t.Fatalf("Revisions(limit %d) = %v total %d; model %v total %d", limit, revs, total, wantLim, len(wantRevs))
 	}
+	// Keys: the same walk with each key's create revision and version,
+	// with and without the total (without it the walk stops at the
+	// limit and total is what it returned).
+	withTotal := rng.IntN(2) == 0
+	ks, total := x.Keys([]byte(modelKey(lo)), end, at, limit, withTotal, nil)
+	wantTotal := len(wantRevs)
+	if !withTotal {
+		wantTotal = len(wantLim)
+	}
+	if total != wantTotal || len(ks) != len(wantLim) {
+		t.Fatalf("Keys(limit %d, withTotal %v) = %d keys total %d; model %d keys total %d", limit, withTotal, len(ks), total, len(wantLim), wantTotal)
+	}
+	for i, k := range ks {
+		wm, wc, wv, _ := h.get(string(k.Key), at)
+		if string(k.Key) != wantKeys[i] || k.Modified != wm || k.Created != wc || k.Version != wv {
+			t.Fatalf("Keys(limit %d)[%d] = %s %v %v %d; model %s %v %v %d", limit, i, k.Key, k.Modified, k.Created, k.Version, wantKeys[i], wm, wc, wv)
+		}
+	}
 	if n := x.CountRevisions([]byte(modelKey(lo)), end, at, 0); n != len(wantRevs) {
 		t.Fatalf("CountRevisions = %d; model %d", n, len(wantRevs))
 	}

@@ -15,6 +15,7 @@ import (
 func scenarios() []scenario {
 	return []scenario{
 		kvScenario(),
+		streamScenario(),
 		watchScenario(),
 		leaseScenario(),
 		concurrencyScenario(),

@@ -29,7 +29,34 @@ func rangeEnd(end []byte) []byte {
 
 // rangeReader is a view that can range: a read view or a write txn.
 type rangeReader interface {
-	rangeKeys(key, end []byte, atRev, limit int64, countOnly, withTotal bool) (*rangeResult, error)
+	rangeKeys(key, end []byte, atRev, limit int64, what rangeWhat, withTotal bool) (*rangeResult, error)
+}
+
+// rangeWhat is what a range reads.
+type rangeWhat uint8
+
+const (
+	// readValues reads each key's stored KeyValue.
+	readValues rangeWhat = iota
+	// readCount only counts the keys.
+	readCount
+	// readKeys answers from the index alone: each key with its create
+	// and mod revisions and version, but no value and no lease. This is
+	// etcd 3.7's keys-only range (its FastKeysOnly), which clients see:
+	// a keys-only read shows no lease.
+	readKeys
+)
+
+// rangeWhatOf is what r reads. A keys-only range sorted by value still
+// reads the values, to sort them, as etcd's does (and so shows leases).
+func rangeWhatOf(r *pb.RangeRequest) rangeWhat {
+	switch {
+	case r.CountOnly:
+		return readCount
+	case r.KeysOnly && r.SortTarget != pb.RangeRequest_VALUE:
+		return readKeys
+	}
+	return readValues
 }
 
 // Range serves a read-only range at the current revision (or r.Revision).
@@ -50,15 +77,17 @@ func (s *Store) Range(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 
 // RangeEncoded is Range for a response that goes straight to the wire.
 // Each stored value is already an encoded mvccpb.KeyValue, so when the
-// request needs no decoded values (keys in key order, no revision
-// filters, values wanted) the values are copied as stored, each framed as
+// request needs no decoded values (keys in key order, no sort target, no
+// revision filters, values wanted) the values are copied as stored, each framed as
 // field 2 (kvs) of RangeResponse, into the response's unknown fields: the
 // marshaller writes them verbatim and a client decodes them as Kvs, but
 // nothing is decoded, allocated per key or encoded again on the server.
 // The response's Kvs stays empty, so it is only for a caller that sends
 // it on as it is; any other request is served as Range serves it.
 func (s *Store) RangeEncoded(r *pb.RangeRequest) (*pb.RangeResponse, error) {
-	if r.KeysOnly || r.CountOnly || !defaultOrdering(r.SortTarget, r.SortOrder) || hasRevisionFilters(r) {
+	// A target other than the key sorts, even with order NONE (see
+	// sortKVs).
+	if r.KeysOnly || r.CountOnly || r.SortTarget != pb.RangeRequest_KEY || !defaultOrdering(r.SortTarget, r.SortOrder) || hasRevisionFilters(r) {
 		return s.Range(r)
 	}
 	v := &view{s: s, rev: s.rev.Load()}
@@ -119,7 +148,7 @@ func executeRange(v rangeReader, r *pb.RangeRequest) (*pb.RangeResponse, error) 
 	if !defaultOrdering(r.SortTarget, r.SortOrder) || hasRevisionFilters(r) {
 		limit = 0
 	}
-	rr, err := v.rangeKeys(r.Key, rangeEnd(r.RangeEnd), r.Revision, fetchLimit(limit), r.CountOnly, true)
+	rr, err := v.rangeKeys(r.Key, rangeEnd(r.RangeEnd), r.Revision, fetchLimit(limit), rangeWhatOf(r), true)
 	if err != nil {
 		return nil, err
 	}
@@ -248,7 +277,7 @@ func prevKV(t rangeReader, p *pb.PutRequest) (*rangeResult, error) {
 	if !p.IgnoreValue && !p.IgnoreLease && !p.PrevKv {
 		return nil, nil
 	}
-	rr, err := t.rangeKeys(p.Key, nil, 0, 0, false, true)
+	rr, err := t.rangeKeys(p.Key, nil, 0, 0, readValues, true)
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +314,7 @@ func deleteOp(t *txnWrite, d *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, e
 	resp := &pb.DeleteRangeResponse{Header: &pb.ResponseHeader{}}
 	end := rangeEnd(d.RangeEnd)
 	if d.PrevKv {
-		rr, err := t.rangeKeys(d.Key, end, 0, 0, false, true)
+		rr, err := t.rangeKeys(d.Key, end, 0, 0, readValues, true)
 		if err != nil {
 			return nil, err
 		}
@@ -378,7 +407,7 @@ func applyCompares(v rangeReader, cmps []*pb.Compare) bool {
 }
 
 func applyCompare(v rangeReader, c *pb.Compare) bool {
-	rr, err := v.rangeKeys(c.Key, rangeEnd(c.RangeEnd), 0, 0, false, true)
+	rr, err := v.rangeKeys(c.Key, rangeEnd(c.RangeEnd), 0, 0, readValues, true)
 	if err != nil {
 		return false
 	}

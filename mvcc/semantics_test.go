@@ -54,6 +54,32 @@ func TestEtcdSemantics(t *testing.T) {
 	if !leases[7]["a"] {
 		t.Fatal("lease not attached")
 	}
+	// Keys-only reads come from the index, as etcd 3.7's do: no value and
+	// no lease, for a single key and a range, in a read and in a txn;
+	// sorted by value they read the values, and keep the lease.
+	for _, r := range []*pb.RangeRequest{
+		{Key: []byte("a"), KeysOnly: true},
+		{Key: []byte("a"), RangeEnd: []byte("b"), KeysOnly: true},
+		{Key: []byte("a"), RangeEnd: []byte("b"), KeysOnly: true, Limit: 1, SortTarget: pb.RangeRequest_MOD, SortOrder: pb.RangeRequest_DESCEND},
+	} {
+		resp, err := s.Range(r)
+		if err != nil || len(resp.Kvs) != 1 || resp.Count != 1 {
+			t.Fatalf("keys-only %v: %v %v", r, resp, err)
+		}
+		if kv := resp.Kvs[0]; string(kv.Key) != "a" || kv.Value != nil || kv.Lease != 0 || kv.Version != 2 || kv.CreateRevision != 2 || kv.ModRevision != 3 {
+			t.Fatalf("keys-only %v: %v", r, kv)
+		}
+		txn, err := s.ReadTxn(&pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: r}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kv := txn.Responses[0].GetResponseRange().Kvs[0]; kv.Lease != 0 || kv.Value != nil || kv.ModRevision != 3 {
+			t.Fatalf("keys-only in a txn %v: %v", r, kv)
+		}
+	}
+	if resp, err := s.Range(&pb.RangeRequest{Key: []byte("a"), KeysOnly: true, SortTarget: pb.RangeRequest_VALUE}); err != nil || resp.Kvs[0].Lease != 7 || resp.Kvs[0].Value != nil {
+		t.Fatalf("keys-only sorted by value: %v %v", resp, err)
+	}
 	ci++
 	if d, _ := s.DeleteRange(ci, 2, &pb.DeleteRangeRequest{Key: []byte("zzz")}); d.Deleted != 0 || d.Header.Revision != 3 {
 		t.Fatalf("delete of nothing moved the revision: %v", d)

@@ -110,7 +110,7 @@ func (v *view) readRev(atRev int64) (int64, error) {
 
 // rangeKeys reads [key, end) at atRev (0: the view's revision), at most
 // limit keys if limit > 0, counting every key in range when withTotal.
-func (v *view) rangeKeys(key, end []byte, atRev, limit int64, countOnly, withTotal bool) (*rangeResult, error) {
+func (v *view) rangeKeys(key, end []byte, atRev, limit int64, what rangeWhat, withTotal bool) (*rangeResult, error) {
 	v.ops.ranges++
 	cur := v.rev
 	atRev, err := v.readRev(atRev)
@@ -120,8 +120,16 @@ func (v *view) rangeKeys(key, end []byte, atRev, limit int64, countOnly, withTot
 	case err != nil:
 		return &rangeResult{count: -1}, err
 	}
-	if countOnly {
+	switch what {
+	case readCount:
 		return &rangeResult{count: v.s.index().CountRevisions(key, end, atRev, 0), rev: cur}, nil
+	case readKeys:
+		keys, total := v.s.index().Keys(key, end, atRev, int(limit), withTotal, nil)
+		res := &rangeResult{count: total, rev: cur, kvs: make([]*mvccpb.KeyValue, len(keys))}
+		for i, k := range keys {
+			res.kvs[i] = &mvccpb.KeyValue{Key: k.Key, CreateRevision: k.Created.Main, ModRevision: k.Modified.Main, Version: k.Version}
+		}
+		return res, nil
 	}
 	revs, total := v.s.index().Revisions(key, end, atRev, int(limit), withTotal)
 	res := &rangeResult{count: total, rev: cur, kvs: make([]*mvccpb.KeyValue, 0, len(revs))}
@@ -164,9 +172,9 @@ func (t *txnWrite) readRev() int64 {
 	return t.beginRev
 }
 
-func (t *txnWrite) rangeKeys(key, end []byte, atRev, limit int64, countOnly, withTotal bool) (*rangeResult, error) {
+func (t *txnWrite) rangeKeys(key, end []byte, atRev, limit int64, what rangeWhat, withTotal bool) (*rangeResult, error) {
 	t.view.rev = t.readRev()
-	return t.view.rangeKeys(key, end, atRev, limit, countOnly, withTotal)
+	return t.view.rangeKeys(key, end, atRev, limit, what, withTotal)
 }
 
 func (t *txnWrite) put(key, value []byte, lease int64) int64 {

@@ -65,6 +65,12 @@ func (c wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 			w := new(wireMessage)
 			return c.sendHead(w, appendRangeResponseHead(w.space[:0], r), r.ProtoReflect().GetUnknown()), nil
 		}
+	case *pb.RangeStreamResponse:
+		// A chunk of a RangeStream: the same, one level down.
+		if rr := r.RangeResponse; rr != nil && len(rr.Kvs) == 0 && len(r.ProtoReflect().GetUnknown()) == 0 {
+			w := new(wireMessage)
+			return c.sendHead(w, appendRangeStreamResponseHead(w.space[:0], rr), rr.ProtoReflect().GetUnknown()), nil
+		}
 	case *pb.PutResponse:
 		if r.PrevKv == nil {
 			w := new(wireMessage)

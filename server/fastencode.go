@@ -196,6 +196,16 @@ func appendRangeResponseHead(b []byte, r *pb.RangeResponse) []byte {
 	return appendVarintField(b, 4, uint64(r.Count))
 }
 
+// appendRangeStreamResponseHead is appendRangeResponseHead for a
+// RangeStreamResponse holding r (its field 1): what proto.Marshal writes
+// before r's unknown fields.
+func appendRangeStreamResponseHead(b []byte, r *pb.RangeResponse) []byte {
+	head := responseHeaderFieldSize(r.Header) + boolFieldSize(r.More) + varintFieldSize(uint64(r.Count))
+	b = protowire.AppendTag(b, 1, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(head+len(r.ProtoReflect().GetUnknown())))
+	return appendRangeResponseHead(b, r)
+}
+
 // putTxnResponseSize is the encoded size of r when every response in it
 // is a put's without a previous key-value and nothing in it has unknown
 // fields, as a txn of puts answers; ok is false for any other.

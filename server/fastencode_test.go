@@ -182,13 +182,23 @@ func checkRangeResponse(t *testing.T, r *pb.RangeResponse, kvs []*mvccpb.KeyValu
 	if !proto.Equal(&back, wantResp) {
 		t.Fatalf("wireCodec.Marshal(%v) decodes to %v, want %v", r, &back, wantResp)
 	}
+	// The same response as a chunk of a RangeStream.
+	got = checkCodecMarshal(t, &pb.RangeStreamResponse{RangeResponse: r})
+	var chunk pb.RangeStreamResponse
+	if err := proto.Unmarshal(got, &chunk); err != nil {
+		t.Fatalf("wireCodec.Marshal of a stream chunk of %v does not decode: %v", r, err)
+	}
+	if !proto.Equal(chunk.RangeResponse, wantResp) {
+		t.Fatalf("wireCodec.Marshal of a stream chunk of %v decodes to %v, want %v", r, chunk.RangeResponse, wantResp)
+	}
 }
 
 // TestRangeResponseMatchesProtobuf: a range response whose key-values are
-// still encoded, as mvcc.Store.RangeEncoded leaves them in its unknown
-// fields, goes out as its head and those bytes: together what
-// proto.Marshal writes, zero fields, a header's own unknown fields and
-// ten-byte varints included, and a client decodes the key-values from it.
+// still encoded, as mvcc.Store.RangeEncoded and RangeChunk leave them in
+// its unknown fields, goes out as its head and those bytes, alone or as
+// a RangeStream's chunk: together what proto.Marshal writes, zero
+// fields, a header's own unknown fields and ten-byte varints included,
+// and a client decodes the key-values from it.
 func TestRangeResponseMatchesProtobuf(t *testing.T) {
 	seed := testseed.Seed(t)
 	r := rand.New(rand.NewPCG(seed, seed))
@@ -283,6 +293,9 @@ func TestRangeEncodedOnTheWire(t *testing.T) {
 		{Key: []byte("k"), RangeEnd: []byte("l"), Limit: 2},
 		{Key: []byte("k1")},
 		{Key: []byte("none")},
+		// A sort target with no order sorts ascending: by value here,
+		// which is not the key order.
+		{Key: []byte("k"), RangeEnd: []byte("l"), SortTarget: pb.RangeRequest_VALUE},
 	} {
 		want, err := s.Range(req)
 		if err != nil {

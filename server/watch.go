@@ -27,10 +27,8 @@ type watchServer struct {
 func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
 	s := w.s
 	ctx := stream.Context()
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get(rpctypes.MetadataRequireLeaderKey); len(v) > 0 && v[0] == rpctypes.MetadataHasLeader && s.node.Status().Leader == 0 {
-			return rpctypes.ErrGRPCNoLeader
-		}
+	if err := s.requireLeader(ctx); err != nil {
+		return err
 	}
 	ws := s.watch.NewWatchStream()
 	defer ws.Close()
@@ -192,4 +190,14 @@ func (w *watchServer) recvLoop(stream pb.Watch_WatchServer, ws *mvcc.WatchStream
 			ws.RequestProgress()
 		}
 	}
+}
+
+// requireLeader is etcd's check on a stream whose client asked for a
+// leader (clientv3.WithRequireLeader): refused while the member knows of
+// none.
+func (s *Server) requireLeader(ctx context.Context) error {
+	if v := metadata.ValueFromIncomingContext(ctx, rpctypes.MetadataRequireLeaderKey); len(v) > 0 && v[0] == rpctypes.MetadataHasLeader && s.node.Status().Leader == 0 {
+		return rpctypes.ErrGRPCNoLeader
+	}
+	return nil
 }

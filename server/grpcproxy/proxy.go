@@ -334,6 +334,10 @@ func (p *Proxy) forward(_ any, ss grpc.ServerStream) (err error) {
 			p.lg.Info("grpc request", "method", method, "took", time.Since(start).String(), "code", status.Code(err).String())
 		}()
 	}
+	if method == "/etcdserverpb.KV/RangeStream" {
+		// etcd's proxy serves KV through its cache and does not stream.
+		return status.Error(codes.Unimplemented, "RangeStream is not supported by the gRPC proxy")
+	}
 	if kvMethods[method] {
 		return p.forwardKV(ss, method)
 	}

@@ -1,0 +1,181 @@
+package mvcc
+
+import (
+	"encoding/binary"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/strata-db/strata/btreeidx"
+)
+
+// RangeChunk reads one message of a RangeStream (etcd 3.7's chunked
+// range, see server/rangestream.go): the keys of r's range at r.Revision
+// (0: the current revision), at most r.Limit of them (0: no limit), read
+// as etcd's chunk read does: the index walk stops one key past the
+// limit, so Count is the number of keys found up to r.Limit+1, not the
+// range's total, and More says keys remain. A chunk that sorts by a
+// target other than the key (the one sort a stream accepts: order NONE,
+// which etcd sorts ascending) is sorted within the chunk, as etcd's is.
+//
+// The chunk also ends before the key-value that would take its
+// key-values past maxBytes (but holds at least one; maxBytes <= 0: no
+// such end), with More set. etcd's chunk has
+// no such end: a limit doubled on small values and then met by large ones
+// makes a chunk as large as limit × value size. With this end no chunk
+// holds more than maxBytes, or one key-value when that is larger.
+//
+// As RangeEncoded, when nothing is sorted the key-values stay encoded in
+// the response's unknown fields and Kvs is empty: the response is only
+// fit to be sent as it is, or measured with proto.Size.
+func (s *Store) RangeChunk(r *pb.RangeRequest, maxBytes int) (Chunk, error) {
+	resp, n, last, err := s.rangeChunk(r, maxBytes)
+	return Chunk{Resp: resp, Len: n, Last: last}, err
+}
+
+// Chunk is one message of a RangeStream, as RangeChunk reads it.
+type Chunk struct {
+	Resp *pb.RangeResponse
+	// Len is how many key-values Resp holds.
+	Len int
+	// Last is the key that sorted last in the chunk (a copy of it): the
+	// next chunk starts after it.
+	Last []byte
+}
+
+func (s *Store) rangeChunk(r *pb.RangeRequest, maxBytes int) (resp *pb.RangeResponse, n int, last []byte, err error) {
+	v := &view{s: s, rev: s.rev.Load()}
+	defer v.close()
+	v.ops.ranges++
+	atRev, err := v.readRev(r.Revision)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	limit := r.Limit
+	if limit < 0 {
+		// etcd reads a negative limit as none, in one message; here the
+		// chunks' byte bound still applies.
+		limit = 0
+	}
+	keys, found := s.index().Keys(r.Key, rangeEnd(r.RangeEnd), atRev, int(fetchLimit(limit)), false, nil)
+	resp = &pb.RangeResponse{Header: &pb.ResponseHeader{Revision: v.rev}, Count: int64(found)}
+	fromIndex := r.KeysOnly && r.SortTarget != pb.RangeRequest_VALUE
+	switch {
+	case len(keys) == 0:
+	case r.SortTarget != pb.RangeRequest_KEY:
+		n, last, err = v.sortedChunk(resp, keys, int(limit), fromIndex, r, maxBytes)
+	default:
+		if limit > 0 && len(keys) > int(limit) {
+			keys = keys[:limit]
+			resp.More = true
+		}
+		n, last, err = v.encodedChunk(resp, keys, fromIndex, maxBytes)
+	}
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if at := r.Revision; at > 0 && at < s.compactRev.Load() {
+		return nil, 0, nil, ErrCompacted
+	}
+	return resp, n, last, nil
+}
+
+// encodedChunk puts keys' key-values into resp's unknown fields as
+// RangeEncoded does: the stored bytes of each, or for a keys-only read
+// the key and its revisions encoded from the index.
+func (v *view) encodedChunk(resp *pb.RangeResponse, keys []btreeidx.KeyAt, fromIndex bool, maxBytes int) (int, []byte, error) {
+	var buf, scratch []byte
+	n := 0
+	for _, k := range keys {
+		var kv []byte
+		if fromIndex {
+			scratch = appendIndexKV(scratch[:0], k)
+			kv = scratch
+		} else {
+			raw, next, err := v.storedBuf(k.Modified, scratch)
+			if err != nil {
+				return 0, nil, err
+			}
+			kv, scratch = raw, next
+		}
+		framed := 1 + protowire.SizeBytes(len(kv))
+		if n > 0 && maxBytes > 0 && len(buf)+framed > maxBytes {
+			resp.More = true
+			break
+		}
+		if buf == nil {
+			// Sized from the first key-value, as RangeEncoded's buffer.
+			c := framed * len(keys)
+			if maxBytes > 0 {
+				c = min(c, max(maxBytes, framed))
+			}
+			buf = make([]byte, 0, c)
+		}
+		buf = append(buf, rangeKvsTag)
+		buf = binary.AppendUvarint(buf, uint64(len(kv)))
+		buf = append(buf, kv...)
+		n++
+	}
+	resp.ProtoReflect().SetUnknown(protoreflect.RawFields(buf))
+	return n, append([]byte(nil), keys[n-1].Key...), nil
+}
+
+// sortedChunk decodes keys' key-values into resp.Kvs, sorts them by r's
+// target and keeps the first limit (0: all). As etcd's range, it sorts
+// the one key read past the limit too, before dropping what sorts last:
+// so a key may sort out of every chunk, or into two, which etcd's
+// streams do as well.
+func (v *view) sortedChunk(resp *pb.RangeResponse, keys []btreeidx.KeyAt, limit int, fromIndex bool, r *pb.RangeRequest, maxBytes int) (int, []byte, error) {
+	rr := &rangeResult{kvs: make([]*mvccpb.KeyValue, 0, len(keys))}
+	size := 0
+	for _, k := range keys {
+		var kv *mvccpb.KeyValue
+		if fromIndex {
+			kv = &mvccpb.KeyValue{Key: k.Key, CreateRevision: k.Created.Main, ModRevision: k.Modified.Main, Version: k.Version}
+		} else {
+			var err error
+			if kv, err = v.value(k.Modified); err != nil {
+				return 0, nil, err
+			}
+		}
+		framed := 1 + protowire.SizeBytes(proto.Size(kv))
+		if len(rr.kvs) > 0 && maxBytes > 0 && size+framed > maxBytes {
+			resp.More = true
+			break
+		}
+		size += framed
+		rr.kvs = append(rr.kvs, kv)
+	}
+	sortKVs(rr, r)
+	if limit > 0 && len(rr.kvs) > limit {
+		rr.kvs = rr.kvs[:limit]
+		resp.More = true
+	}
+	if r.KeysOnly {
+		for _, kv := range rr.kvs {
+			kv.Value = nil
+		}
+	}
+	resp.Kvs = rr.kvs
+	return len(rr.kvs), append([]byte(nil), rr.kvs[len(rr.kvs)-1].Key...), nil
+}
+
+// appendIndexKV appends the mvccpb.KeyValue of a keys-only read of k, as
+// proto.Marshal writes it: key (1), create_revision (2), mod_revision
+// (3) and version (4), each left out when zero.
+func appendIndexKV(b []byte, k btreeidx.KeyAt) []byte {
+	if len(k.Key) > 0 {
+		b = protowire.AppendTag(b, 1, protowire.BytesType)
+		b = protowire.AppendBytes(b, k.Key)
+	}
+	for i, n := range [3]int64{k.Created.Main, k.Modified.Main, k.Version} {
+		if n != 0 {
+			b = protowire.AppendTag(b, protowire.Number(2+i), protowire.VarintType)
+			b = protowire.AppendVarint(b, uint64(n))
+		}
+	}
+	return b
+}
