@@ -341,6 +341,11 @@ func clusterDiffSteps() []cstep {
 		{name: "a member stopped past --snapshot-count catches up", run: writeWhileStopped(3, 1, 250),
 			show: "stop m3; 250 puts through m1; start m3; wait for it to catch up"},
 		{name: "count on the caught-up member", on: 3, args: []string{"get", "bulk/", "--prefix", "--limit=2", "--consistency=s", "-w", "json"}},
+		// RangeStream on followers: linearizable (the read index comes
+		// from the leader) and serializable.
+		{name: "get --stream on a follower", on: 2, args: []string{"get", "bulk/", "--prefix", "--stream", "-w", "json", "--keys-only"}},
+		{name: "get --stream --limit on a follower", on: 3, args: []string{"get", "bulk/", "--prefix", "--stream", "--limit=120", "--consistency=s", "-w", "json"}},
+		{name: "get --stream --count-only on a follower", on: 2, args: []string{"get", "bulk/", "--prefix", "--stream", "--count-only", "-w", "fields"}},
 		{name: "m1 leads again", run: leaderOn(1), show: "make m1 the leader"},
 		{name: "endpoint status --cluster at the end", on: 0, args: []string{"endpoint", "status", "--cluster"}, rows: true},
 		{name: "endpoint hashkv --cluster at the end", on: 0, args: []string{"endpoint", "hashkv", "--cluster"}, rows: true},

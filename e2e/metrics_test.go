@@ -143,6 +143,20 @@ func metricsWorkload(t *testing.T, srv *harness.Server) string {
 	must(cli.Get(ctx, "k", clientv3.WithPrefix()))
 	must(cli.Get(ctx, "k1", clientv3.WithSerializable()))
 	must(cli.Get(ctx, "k", clientv3.WithPrefix(), clientv3.WithCountOnly()))
+	// RangeStream: one whose limit stops it short of the range (a chunk,
+	// then the count of the rest: two reads, one message), a count-only
+	// one, and a refused one.
+	for _, opts := range [][]clientv3.OpOption{
+		{clientv3.WithPrefix(), clientv3.WithLimit(2)},
+		{clientv3.WithPrefix(), clientv3.WithCountOnly()},
+		{clientv3.WithPrefix(), clientv3.WithMinModRev(2)},
+	} {
+		ch, err := cli.GetStream(ctx, "k", opts...)
+		must(ch, err)
+		if _, err := clientv3.GetStreamToGetResponse(ch); err != nil && !strings.Contains(err.Error(), "revision filters") {
+			t.Fatalf("%s: get --stream: %v", srv.Bin(), err)
+		}
+	}
 	must(cli.Delete(ctx, "k2", clientv3.WithPrevKV()))
 	must(cli.Delete(ctx, "absent"))
 	must(cli.Txn(ctx).If(clientv3.Compare(clientv3.Value("k1"), "=", "v1b")).

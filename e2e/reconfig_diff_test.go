@@ -103,6 +103,8 @@ func TestReconfigDiff(t *testing.T) {
 		// 4. A learner serves serializable reads only.
 		{name: "linearizable get on the learner", on: 4, args: []string{"get", "walk/0019"}},
 		{name: "serializable get on the learner", on: 4, args: []string{"get", "walk/0019", "--consistency=s"}},
+		// RangeStream is a stream: a learner serves none but Snapshot.
+		{name: "get --stream on the learner", on: 4, args: []string{"get", "walk/0019", "--consistency=s", "--stream"}},
 		{name: "member list on the learner", on: 4, args: []string{"member", "list"}},
 		{name: "member list --consistency=s on the learner", on: 4, args: []string{"member", "list", "--consistency=s"}},
 		{name: "put on the learner", on: 4, args: []string{"put", "from-learner", "x"}},

@@ -62,6 +62,15 @@ func authScenario() scenario {
 		as("alice lists users (denied)", "alice:alicepw", "user", "list"),
 		as("root writes outside", "root:rootpw", "put", "/other/y", "3"),
 		as("root reads everything", "root:rootpw", "get", "--prefix", "/", "-w", "json"),
+		// RangeStream checks as Range does.
+		as("alice streams the prefix", "alice:alicepw", "get", "--prefix", "/app/", "-w", "json", "--stream"),
+		as("alice streams a key", "alice:alicepw", "get", "/app/x", "--stream", "--consistency", "s"),
+		as("alice streams outside her prefix (denied)", "alice:alicepw", "get", "/other/y", "--stream"),
+		as("alice streams a range past her prefix (denied)", "alice:alicepw", "get", "--from-key", "/app/", "--stream"),
+		c("anonymous stream", "get", "/app/x", "--stream"),
+		as("stream with a wrong password", "alice:wrong", "get", "/app/x", "--stream"),
+		as("bob streams (no role)", "bob:bobpw", "get", "/app/x", "--stream"),
+		as("root streams everything", "root:rootpw", "get", "--prefix", "/", "-w", "json", "--stream"),
 		as("root auth status", "root:rootpw", "auth", "status"),
 		// Issue 17: leases are guarded by the keys attached to them. A
 		// root lease on a key alice may read but not write...

@@ -53,6 +53,9 @@ func gatewayMaintenanceScenario() scenario {
 		httpStep("POST /version", "POST", "/version", "{}", nil),
 		httpStep("GET /health: CORS headers (--cors=*)", "GET", "/health", "", nil),
 		httpStep("OPTIONS /v3/kv/put", "OPTIONS", "/v3/kv/put", "", nil),
+		// RangeStream is gRPC only: etcd's gateway has no route for it.
+		httpStep("POST /v3/kv/rangestream", "POST", "/v3/kv/rangestream", `{"key":"aw=="}`, nil),
+		httpStep("POST /v3/kv/range_stream", "POST", "/v3/kv/range_stream", `{"key":"aw=="}`, nil),
 		httpStep("GET /version from any host (--host-whitelist=*)", "GET", "/version", "", map[string]string{"Host": "evil.example"}),
 	}}
 }

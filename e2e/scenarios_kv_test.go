@@ -16,6 +16,7 @@ func scenarios() []scenario {
 	return []scenario{
 		kvScenario(),
 		streamScenario(),
+		streamLargeScenario(),
 		watchScenario(),
 		leaseScenario(),
 		concurrencyScenario(),

@@ -111,13 +111,17 @@ func (s *Server) rangeStream(ctx context.Context, r *pb.RangeRequest, stream pb.
 	}
 	target := int(s.cfg.MaxRequestBytes)
 	total := r.Limit
-	if total <= 0 {
-		// etcd reads a negative limit as none too (in one message; here
-		// in chunks, see mvcc.Store.RangeChunk).
+	if total == 0 {
 		total = math.MaxInt64
 	}
 	q := proto.CloneOf(r)
 	q.Limit = min(rangeStreamFirstLimit, total)
+	if total < 0 {
+		// etcd gives a negative limit to its one read as it is, which
+		// reads everything, in one message. Here the chunk's byte bound
+		// still ends it; the chunks after it have no limit either.
+		q.Limit, total = 0, math.MaxInt64
+	}
 	var count, headerRev int64
 	for {
 		var c mvcc.Chunk
@@ -163,7 +167,9 @@ func (s *Server) rangeStream(ctx context.Context, r *pb.RangeRequest, stream pb.
 			return nil
 		}
 		q.Key = append(c.Last, 0)
-		q.Limit = min(nextChunkLimit(q.Limit, size, target), total-count)
+		if q.Limit != 0 {
+			q.Limit = min(nextChunkLimit(q.Limit, size, target), total-count)
+		}
 	}
 }
 
