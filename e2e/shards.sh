@@ -24,14 +24,14 @@ shards=${E2E_SHARDS:-2}
 go=${GO:-go}
 
 declare -A weight=(
-	[TestProxyDiff]=71 [TestKillLoop]=71 [TestDiff]=63 [TestRollingMigration]=61
+	[TestProxyDiff]=85 [TestKillLoop]=71 [TestDiff]=90 [TestRollingMigration]=61
 	[TestClusterDiffQuorumLoss]=52 [TestClusterDiffMixed]=32 [TestScaleUnderLoad]=23
 	[TestRestoreThenGrow]=21 [TestPartitionOneWay]=21 [TestPartitionFlapping]=21
 	[TestReconfigDiff]=19 [TestClusterDiff]=18 [TestMixedAuthLeaseExpiry]=17
 	[TestStatefulSetScale]=16 [TestLinearizability]=16 [TestMixedConfChangeRefusals]=14
 	[TestGateway]=13 [TestSlowFollowerDoesNotStallLeader]=12 [TestMixedDivergenceCaught]=12
 	[TestMixedClusterVersionAndDowngrade]=12 [TestPartitionDelayDrop]=11
-	[TestPartitionIsolatedLeader]=10 [TestFullDiskWAL]=10
+	[TestPartitionIsolatedLeader]=10 [TestFullDiskWAL]=10 [TestRangeStreamMemory]=13
 )
 
 # The package's own helper packages first: quick, and -run lists below

@@ -46,9 +46,13 @@ import (
 // send a larger one; this changes where a chunk ends, never what the
 // merged answer holds. gRPC lets a stream run at most one message ahead
 // of what the client's flow control has taken (its per-stream write
-// quota), so a stream holds at most two chunks, one queued to be sent
-// and one being read: 4 × --max-request-bytes (6 MiB at the default)
-// whatever the size of the result, however slowly the client reads.
+// quota): Send returns once the message before has nearly all been
+// written, and the message is released once written. So a stream holds
+// at most three chunks, the one being read, the one queued and the tail
+// of the one before: 3 × 2 × --max-request-bytes (9 MiB at the default;
+// chunks of values of similar sizes stay under the target, a third of
+// that) whatever the size of the result, however slowly the client
+// reads. e2e TestRangeStreamMemory measures it.
 // Between chunks it holds no read transaction and no lock.
 func (k *kvServer) RangeStream(r *pb.RangeRequest, stream pb.KV_RangeStreamServer) error {
 	if err := checkRangeStreamRequest(r); err != nil {
