@@ -6,6 +6,8 @@
 #   etcdctl    go.etcd.io/etcd/etcdctl/v3  v3.7.3
 #   etcdutl    go.etcd.io/etcd/etcdutl/v3  v3.7.3
 #   benchmark  go.etcd.io/etcd/v3/tools/benchmark (module go.etcd.io/etcd/v3 v3.6.8)
+#   etcd-3.6, etcdutl-3.6   the last release before 3.7 (v3.6.16), for the
+#              downgrade tests (etcd's etcd-last-release)
 #
 # `go install pkg@version` refuses modules whose go.mod has replace
 # directives (etcd's do), so each group is built from a throwaway module in a
@@ -26,6 +28,7 @@ set -euo pipefail
 
 ETCD_VERSION=v3.7.3
 BENCH_MODULE_VERSION=v3.6.8
+LAST_RELEASE=v3.6.16
 
 force=0
 if [[ "${1:-}" == "-f" ]]; then force=1; fi
@@ -106,6 +109,10 @@ build_group() {
 build_group etcd \
 	"go.etcd.io/etcd/server/v3@$ETCD_VERSION go.etcd.io/etcd/etcdctl/v3@$ETCD_VERSION go.etcd.io/etcd/etcdutl/v3@$ETCD_VERSION" \
 	"etcd=go.etcd.io/etcd/server/v3||$ETCD_VERSION etcdctl=go.etcd.io/etcd/etcdctl/v3||$ETCD_VERSION etcdutl=go.etcd.io/etcd/etcdutl/v3||$ETCD_VERSION"
+
+build_group etcd-3.6 \
+	"go.etcd.io/etcd/server/v3@$LAST_RELEASE go.etcd.io/etcd/etcdutl/v3@$LAST_RELEASE" \
+	"etcd-3.6=go.etcd.io/etcd/server/v3||$LAST_RELEASE etcdutl-3.6=go.etcd.io/etcd/etcdutl/v3||$LAST_RELEASE"
 
 build_group benchmark \
 	"go.etcd.io/etcd/v3@$BENCH_MODULE_VERSION" \

@@ -59,7 +59,8 @@ type etcdConfState struct {
 //   - the data buckets (schema.DataBuckets) as tx holds them, except that
 //     meta's consistent_index, term, confState and storageVersion are
 //     etcd's: the page store's raft position, the voters and learners of
-//     the membership, and version.Cluster;
+//     the membership, and the stored storage version (version.Cluster
+//     where none is stored);
 //   - the membership as etcd keys it (members: id in hex -> member JSON;
 //     members_removed: id in hex -> "removed");
 //   - cluster: as stored (clusterVersion, downgrade, decided through
@@ -104,10 +105,24 @@ func PlanEtcd(ctx context.Context, tx *pagestore.Tx, opts EtcdOptions) (*Etcd, e
 	if err != nil {
 		return nil, err
 	}
+	storageVersion := []byte(version.Cluster)
+	if m, err := tx.Bucket(schema.Meta); err == nil {
+		// A member keeps the storage version its cluster is at (it
+		// follows a downgrade); a data dir older than that has none.
+		v, err := m.Get(schema.MetaStorageVersion)
+		if err != nil {
+			return nil, err
+		}
+		if len(v) > 0 {
+			storageVersion = bytes.Clone(v)
+		}
+	} else if !errors.Is(err, pagestore.ErrBucketNotFound) {
+		return nil, err
+	}
 	metaOverrides := []kv{
 		{schema.MetaConfState, confState},
 		{schema.MetaConsistentIndex, binary.BigEndian.AppendUint64(nil, out.RaftIndex)},
-		{schema.MetaStorageVersion, []byte(version.Cluster)},
+		{schema.MetaStorageVersion, storageVersion},
 		{schema.MetaTerm, binary.BigEndian.AppendUint64(nil, out.RaftTerm)},
 	}
 	sortKVs(metaOverrides)

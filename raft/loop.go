@@ -425,7 +425,9 @@ func (n *Node) applyLoop() {
 		n.sm.Apply(ents)
 		last := ents[len(ents)-1].GetIndex()
 		n.publishApplied(last)
-		if n.cfg.SnapshotCount > 0 && last-n.snapIndex.Load() >= n.cfg.SnapshotCount && n.snapshotting.CompareAndSwap(false, true) {
+		due := n.cfg.SnapshotCount > 0 && last-n.snapIndex.Load() >= n.cfg.SnapshotCount
+		if (due || n.forceSnap.Load()) && n.snapshotting.CompareAndSwap(false, true) {
+			n.forceSnap.Store(false)
 			// In the background: the snapshot first makes the state
 			// machine durable (a page-store commit, milliseconds to tens
 			// of milliseconds), and applying must not stall behind it.
@@ -442,6 +444,11 @@ func (n *Node) applyLoop() {
 		}
 	}
 }
+
+// ForceSnapshot makes the apply goroutine take a snapshot at the end of
+// the batch it is applying (or the next one), as etcd's ForceSnapshot
+// does; the state machine calls it from Apply.
+func (n *Node) ForceSnapshot() { n.forceSnap.Store(true) }
 
 // trimSoleStep is how far the state machine's durable index must have
 // moved past the last trim for trimSoleLog to trim again.

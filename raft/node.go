@@ -207,6 +207,9 @@ type Node struct {
 
 	snapIndex    atomic.Uint64 // index of the newest snapshot
 	snapshotting atomic.Bool   // a background snapshot is running
+	// forceSnap asks the apply goroutine for a snapshot after the batch
+	// it applies, whatever SnapshotCount says (ForceSnapshot).
+	forceSnap atomic.Bool
 	trimmedTo    uint64        // the apply goroutine's last trimSoleLog index
 	snapWG       sync.WaitGroup
 	// snapMu serializes what cuts raft snapshots or replaces the state

@@ -6,26 +6,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/membershippb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
-
-// downgradeState tracks an enabled downgrade, with etcd's rules: the only
-// valid target is one minor version below the cluster version.
-type downgradeState struct {
-	mu      sync.Mutex
-	enabled bool
-	target  string
-}
-
-func (d *downgradeState) info() *pb.DowngradeInfo {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return &pb.DowngradeInfo{Enabled: d.enabled, TargetVersion: d.target}
-}
 
 // parseDowngradeTarget reads a downgrade target as etcd does: a semantic
 // version "major.minor.patch[-pre][+meta]" (exactly three dot-separated
@@ -75,50 +62,98 @@ func parseSemver(v string) (major, minor int64, ok bool) {
 	return n[0], n[1], true
 }
 
-// allowedTarget reports whether major.minor is the one version a cluster
-// at ClusterVersion may downgrade to: one minor version below.
-func allowedTarget(major, minor int64) bool {
-	cmaj, cmin, _ := parseSemver(ClusterVersion)
-	return major == cmaj && minor == cmin-1
-}
-
+// Downgrade is etcd's Maintenance.Downgrade, each action with etcd's
+// checks in etcd's order and its answers:
+//
+//   - validate: the target's format; a cluster version must be known
+//     ("cluster version not found during downgrade"); after a
+//     linearizable read, the target must be one minor below the cluster
+//     version ("invalid downgrade target version"), and no downgrade may
+//     be enabled ("cluster has a downgrade job in progress").
+//   - enable: the same checks, then DowngradeInfoSet through raft. The
+//     leader's monitor then lowers the cluster version (clusterversion.go).
+//   - cancel: after a linearizable read, DowngradeInfoSet{enabled: false}
+//     through raft if a downgrade is enabled. Whatever happens the answer
+//     is a success with the cluster version (etcd logs the failure, "no
+//     inflight downgrade job" included, and answers anyway); the monitor
+//     raises the version back.
+//
+// Every answer carries the cluster version as major.minor.
 func (m *maintenanceServer) Downgrade(ctx context.Context, r *pb.DowngradeRequest) (*pb.DowngradeResponse, error) {
 	s := m.s
 	if err := s.checkAdmin(ctx); err != nil {
 		return nil, err
 	}
-	d := &s.downgrade
+	var err error
 	switch r.Action {
-	case pb.DowngradeRequest_VALIDATE, pb.DowngradeRequest_ENABLE:
-		major, minor, ok := parseDowngradeTarget(r.Version)
-		if !ok {
-			return nil, rpctypes.ErrGRPCWrongDowngradeVersionFormat
-		}
-		if !allowedTarget(major, minor) {
-			return nil, rpctypes.ErrGRPCInvalidDowngradeTargetVersion
-		}
-		d.mu.Lock()
-		if d.enabled {
-			d.mu.Unlock()
-			return nil, rpctypes.ErrGRPCDowngradeInProcess
-		}
-		d.mu.Unlock()
-		if r.Action == pb.DowngradeRequest_ENABLE {
+	case pb.DowngradeRequest_VALIDATE:
+		err = s.downgradeValidate(ctx, r.Version)
+	case pb.DowngradeRequest_ENABLE:
+		if err = s.downgradeValidate(ctx, r.Version); err == nil {
+			major, minor, _ := parseDowngradeTarget(r.Version)
 			// Through raft, as etcd: every member, of either kind,
 			// stores and takes it. etcd records the target as a full
 			// version: "3.6.0".
-			if err := s.proposeDowngrade(ctx, true, fmt.Sprintf("%d.%d.0", major, minor)); err != nil {
-				return nil, err
-			}
+			err = s.proposeDowngrade(ctx, true, fmt.Sprintf("%d.%d.0", major, minor))
+		}
+		if err != nil {
+			s.lg.Warn("reject downgrade request", "error", downgradeErrText(err))
 		}
 	case pb.DowngradeRequest_CANCEL:
-		// etcd 3.7 answers a cancel with success whether or not a
-		// downgrade was in progress.
-		if err := s.proposeDowngrade(ctx, false, ""); err != nil {
-			return nil, err
+		if err := s.downgradeCancel(ctx); err != nil {
+			s.lg.Warn("failed to cancel downgrade", "error", downgradeErrText(err))
 		}
+	default:
+		err = status.Error(codes.Unknown, "etcdserver: unknown method")
 	}
-	return &pb.DowngradeResponse{Header: s.header(0), Version: majorMinor(ClusterVersion)}, nil
+	if err != nil {
+		return nil, err
+	}
+	return &pb.DowngradeResponse{Header: s.header(0), Version: majorMinor(s.versions.Cluster())}, nil
+}
+
+// downgradeValidate is etcd's validation of a downgrade target.
+func (s *Server) downgradeValidate(ctx context.Context, target string) error {
+	major, minor, ok := parseDowngradeTarget(target)
+	if !ok {
+		return rpctypes.ErrGRPCWrongDowngradeVersionFormat
+	}
+	if s.versions.Cluster() == "" {
+		return rpctypes.ErrGRPCClusterVersionUnavailable
+	}
+	// The cluster version and downgrade state as of every write committed
+	// before the request, as etcd reads them.
+	if err := s.linearizableRead(ctx); err != nil {
+		return toGRPCError(err)
+	}
+	cmaj, cmin, _ := parseSemver(s.versions.Cluster())
+	if major != cmaj || minor != cmin-1 {
+		return rpctypes.ErrGRPCInvalidDowngradeTargetVersion
+	}
+	if s.versions.Downgrade().Enabled {
+		return rpctypes.ErrGRPCDowngradeInProcess
+	}
+	return nil
+}
+
+// downgradeCancel is etcd's Manager.DowngradeCancel.
+func (s *Server) downgradeCancel(ctx context.Context) error {
+	if err := s.linearizableRead(ctx); err != nil {
+		return toGRPCError(err)
+	}
+	if !s.versions.Downgrade().Enabled {
+		return rpctypes.ErrGRPCNoInflightDowngrade
+	}
+	return s.proposeDowngrade(ctx, false, "")
+}
+
+// downgradeErrText is an error as etcd logs it: the server's error text,
+// without the gRPC status around it.
+func downgradeErrText(err error) string {
+	if st, ok := status.FromError(err); ok {
+		return st.Message()
+	}
+	return err.Error()
 }
 
 // majorMinor turns "3.7.0" into "3.7", as etcd reports cluster versions.

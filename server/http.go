@@ -61,7 +61,7 @@ func (s *Server) handleVersion(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	b, _ := json.Marshal(map[string]string{
-		"etcdserver": EtcdVersion, "etcdcluster": ClusterVersion, "storage": ClusterVersion, "strata": Version,
+		"etcdserver": EtcdVersion, "etcdcluster": s.versions.reported(), "storage": s.versions.Storage(), "strata": Version,
 	})
 	w.Write(b)
 }

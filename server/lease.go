@@ -327,14 +327,11 @@ func (s *Server) runLeases() {
 				s.lessor.Promote(s.cfg.ElectionTimeout())
 				primary = true
 				// The leader's other duty once its term's entries are
-				// applied: the cluster version, if none is stored.
-				go func() {
-					ctx, cancel := context.WithTimeout(context.Background(), s.requestTimeout())
-					defer cancel()
-					if err := s.decideClusterVersion(ctx); err != nil {
-						s.lg.Warn("failed to set the initial cluster version; will retry when this member leads again", "error", err)
-					}
-				}()
+				// applied: the cluster version (runVersionMonitor).
+				select {
+				case s.leading <- struct{}{}:
+				default:
+				}
 			}
 		case !leader && primary:
 			s.lessor.Demote()

@@ -41,8 +41,8 @@ func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 		RaftTerm:         st.Term,
 		RaftAppliedIndex: st.Applied,
 		DbSizeQuota:      s.quotaBytes(),
-		StorageVersion:   ClusterVersion,
-		DowngradeInfo:    s.downgrade.info(),
+		StorageVersion:   s.versions.Storage(),
+		DowngradeInfo:    s.versions.info(),
 	}
 	if m := s.members.Get(s.id); m != nil {
 		resp.IsLearner = m.IsLearner

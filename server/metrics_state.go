@@ -55,8 +55,7 @@ func stateCollectors(s *Server) []prometheus.Collector {
 			"Which Go version server is running with. 1 for 'server_go_version' label with current version."),
 		info("server", "id", "server_id", hexID(s.id), "Server or member ID in hexadecimal format. 1 for 'server_id' label with current ID."),
 		// etcd labels the cluster version major.minor.
-		info("cluster", "version", "cluster_version", majorMinor(ClusterVersion),
-			"Which version is running. 1 for 'cluster_version' label with current cluster version"),
+		s.versions.gauge,
 		features,
 		&knownPeers{s: s},
 		&alarmGauge{s: s, seen: map[alarmKey]bool{}},

@@ -169,7 +169,7 @@ func (p *peers) serve() {
 		Transport: p.tr,
 		Members:   s.members.List,
 		Promote:   s.promoteFromPeer,
-		Versions:  func() (string, string) { return ClusterVersion, ClusterVersion },
+		Versions:  func() (string, string) { return s.versions.Cluster(), s.versions.Storage() },
 		Extra: map[string]http.Handler{
 			leasePath:            leaseHandler{s},
 			leaseInternalPath:    leaseHandler{s},

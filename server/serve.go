@@ -91,7 +91,9 @@ func (s *Server) Serve() error {
 		go hsrv.Serve(l)
 		s.lg.Info("serving metrics", "address", u.String())
 	}
-	s.bg.Add(6)
+	s.bg.Add(8)
+	go func() { defer s.bg.Done(); s.runVersionMonitor(s.leading) }()
+	go func() { defer s.bg.Done(); s.runDowngradeMonitor() }()
 	go func() { defer s.bg.Done(); s.runCorruptCheck() }()
 	go func() { defer s.bg.Done(); s.runCompactHashCheck() }()
 	go func() { defer s.bg.Done(); s.runIdleTrim() }()

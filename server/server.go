@@ -62,10 +62,12 @@ type Server struct {
 	id, cluster uint64
 	members     *membership.Set
 	alarms      *alarms
-	downgrade   downgradeState
-	// clusterVersionSet: the cluster bucket holds a cluster version
-	// (see clusterversion.go).
-	clusterVersionSet atomic.Bool
+	// versions: the cluster and storage versions and the downgrade
+	// state (clusterversion.go).
+	versions *clusterVersions
+	// leading wakes runVersionMonitor when this member starts to lead
+	// with its term's entries applied.
+	leading chan struct{}
 	// compactChecked is the newest compaction revision whose hash the
 	// compaction hash check found equal on every member.
 	compactChecked atomic.Int64
@@ -166,7 +168,7 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, lg: lg, wait: newWaitRegistry(),
+	s := &Server{cfg: cfg, lg: lg, wait: newWaitRegistry(), versions: newClusterVersions(), leading: make(chan struct{}, 1),
 		readyc: make(chan struct{}), stopping: make(chan struct{}), done: make(chan struct{})}
 	var peerListeners []net.Listener // the peers' until newPeers
 	defer func() {

@@ -84,7 +84,7 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, srv pb.Maintenance_S
 			"raft-index", e.RaftIndex, "skipped-buckets", e.Skipped, "planned-in", time.Since(start))
 		produce = func(ctx context.Context, w io.Writer) error { _, err := e.Write(ctx, w); return err }
 	}
-	sent, err := streamSnapshot(ctx, srv, size, produce)
+	sent, err := streamSnapshot(ctx, srv, size, s.versions.Storage(), produce)
 	if err != nil {
 		s.lg.Warn("failed to send database snapshot", "format", format, "sent-bytes", sent, "error", err,
 			"took", time.Since(start))
@@ -105,9 +105,10 @@ const snapshotQueue = 8
 // streamSnapshot runs produce in its own goroutine and sends what it
 // writes: the first size bytes (the database) in snapshotChunk messages
 // whose RemainingBytes count down to 0, then the rest (the SHA-256) as
-// one last message. It returns when produce has returned, so the read
-// transaction produce reads may be closed then.
-func streamSnapshot(ctx context.Context, srv pb.Maintenance_SnapshotServer, size int64,
+// one last message, each with version (the storage version, as etcd
+// sends). It returns when produce has returned, so the read transaction
+// produce reads may be closed then.
+func streamSnapshot(ctx context.Context, srv pb.Maintenance_SnapshotServer, size int64, version string,
 	produce func(ctx context.Context, w io.Writer) error) (sent int64, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -130,7 +131,7 @@ func streamSnapshot(ctx context.Context, srv pb.Maintenance_SnapshotServer, size
 		}
 		sent += int64(len(b))
 		sendErr = srv.Send(&pb.SnapshotResponse{RemainingBytes: uint64(max(0, size-sent)),
-			Blob: b, Version: ClusterVersion})
+			Blob: b, Version: version})
 		if sendErr != nil {
 			cancel()
 		}

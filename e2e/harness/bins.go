@@ -18,6 +18,9 @@ type Bins struct {
 	Etcdctl   string // etcdctl 3.7.3
 	Etcdutl   string // etcdutl 3.7.3
 	Benchmark string // etcd's benchmark tool (module go.etcd.io/etcd/v3 v3.6.8)
+	// Etcd36 and Etcdutl36 are the last release before 3.7 (3.6.16),
+	// for the downgrade tests.
+	Etcd36, Etcdutl36 string
 }
 
 // ErrNoBinaries means the reference binaries are absent and could not be
@@ -57,6 +60,8 @@ func FindBinaries(build bool, logw *bytes.Buffer) (*Bins, error) {
 		Etcdctl:   filepath.Join(dir, "etcdctl"),
 		Etcdutl:   filepath.Join(dir, "etcdutl"),
 		Benchmark: filepath.Join(dir, "benchmark"),
+		Etcd36:    filepath.Join(dir, "etcd-3.6"),
+		Etcdutl36: filepath.Join(dir, "etcdutl-3.6"),
 	}
 	if b.missing() == "" {
 		return b, nil
@@ -83,7 +88,7 @@ func FindBinaries(build bool, logw *bytes.Buffer) (*Bins, error) {
 }
 
 func (b *Bins) missing() string {
-	for _, p := range []string{b.Etcd, b.Etcdctl, b.Etcdutl, b.Benchmark} {
+	for _, p := range []string{b.Etcd, b.Etcdctl, b.Etcdutl, b.Benchmark, b.Etcd36, b.Etcdutl36} {
 		if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
 			return filepath.Base(p)
 		}
