@@ -263,4 +263,3 @@ func rssAnon(pid int) int64 {
 	}
 	return 0
 }
-

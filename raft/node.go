@@ -210,8 +210,8 @@ type Node struct {
 	// forceSnap asks the apply goroutine for a snapshot after the batch
 	// it applies, whatever SnapshotCount says (ForceSnapshot).
 	forceSnap atomic.Bool
-	trimmedTo    uint64        // the apply goroutine's last trimSoleLog index
-	snapWG       sync.WaitGroup
+	trimmedTo uint64 // the apply goroutine's last trimSoleLog index
+	snapWG    sync.WaitGroup
 	// snapMu serializes what cuts raft snapshots or replaces the state
 	// machine's state: the periodic snapshot, preparing an image for a
 	// follower, and installing a received image.
