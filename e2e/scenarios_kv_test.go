@@ -17,6 +17,7 @@ func scenarios() []scenario {
 		kvScenario(),
 		streamScenario(),
 		streamLargeScenario(),
+		downgradeScenario(),
 		watchScenario(),
 		leaseScenario(),
 		concurrencyScenario(),

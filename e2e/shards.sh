@@ -30,7 +30,7 @@ declare -A weight=(
 	[TestReconfigDiff]=19 [TestClusterDiff]=18 [TestMixedAuthLeaseExpiry]=17
 	[TestStatefulSetScale]=16 [TestLinearizability]=16 [TestMixedConfChangeRefusals]=14
 	[TestGateway]=13 [TestSlowFollowerDoesNotStallLeader]=12 [TestMixedDivergenceCaught]=12
-	[TestMixedClusterVersionAndDowngrade]=12 [TestPartitionDelayDrop]=11
+	[TestMixedClusterVersionAndDowngrade]=12 [TestPartitionDelayDrop]=11 [TestDowngradeMixed]=80 [TestDowngradeClusterDiff]=13
 	[TestPartitionIsolatedLeader]=10 [TestFullDiskWAL]=10 [TestRangeStreamMemory]=13
 )
 

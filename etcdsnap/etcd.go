@@ -24,6 +24,9 @@ type Etcd struct {
 	RaftTerm  uint64   // meta term
 	Members   int      // records in members
 	Skipped   []string // Strata's own buckets, which etcd has no use for
+	// V2Store is the Data of the raft snapshot that goes with this
+	// database to an etcd follower (see V2Store).
+	V2Store []byte
 }
 
 // EtcdOptions configures PlanEtcd.
@@ -127,6 +130,20 @@ func PlanEtcd(ctx context.Context, tx *pagestore.Tx, opts EtcdOptions) (*Etcd, e
 	}
 	sortKVs(metaOverrides)
 
+	clusterVersion := ""
+	if b, err := tx.Bucket(schema.Cluster); err == nil {
+		if v, err := b.Get(schema.ClusterVersionKey); err == nil && v != nil {
+			clusterVersion = string(v)
+		}
+	}
+	v2version := clusterVersion
+	if v2version == "" {
+		v2version = version.Cluster
+	}
+	if out.V2Store, err = V2Store(members, removed, v2version); err != nil {
+		return nil, err
+	}
+
 	buckets := make([]Bucket, 0, len(sorted))
 	for _, n := range sorted {
 		name := []byte(n)
@@ -141,10 +158,8 @@ func PlanEtcd(ctx context.Context, tx *pagestore.Tx, opts EtcdOptions) (*Etcd, e
 			// cluster decided them through raft; the version Strata runs
 			// when none was ever stored.
 			open = fixed([]kv{{schema.ClusterVersionKey, []byte(version.Cluster)}})
-			if b, err := tx.Bucket(schema.Cluster); err == nil {
-				if v, err := b.Get(schema.ClusterVersionKey); err == nil && v != nil {
-					open = func() (Records, error) { return pageRecords(tx, name) }
-				}
+			if clusterVersion != "" {
+				open = func() (Records, error) { return pageRecords(tx, name) }
 			}
 		case n == string(schema.Meta):
 			open = func() (Records, error) {

@@ -576,10 +576,17 @@ func (n *Node) snapshot(idx uint64, cs *raftpb.ConfState) error {
 	if len(cs.GetLearners()) == 0 && slices.Equal(cs.GetVoters(), []uint64{n.cfg.ID}) {
 		keep = 0
 	}
+	// As etcd, at least the first entry goes: a member that joins later
+	// (its log starts at index 1) then gets a snapshot, whose state is
+	// the current one, instead of replaying entries from the start: an
+	// etcd member of the previous minor version would stop at the
+	// ClusterVersionSet of the version the cluster was downgraded from.
+	compact := uint64(1)
 	if idx > keep {
-		if err := n.storage.Compact(idx - keep); err != nil && err != etcdraft.ErrCompacted {
-			return err
-		}
+		compact = idx - keep
+	}
+	if err := n.storage.Compact(compact); err != nil && err != etcdraft.ErrCompacted {
+		return err
 	}
 	removed, err := n.wal.Purge(idx)
 	if err != nil {

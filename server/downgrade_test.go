@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
 	"testing"
 
@@ -38,4 +39,50 @@ func TestDowngradeTargetFormat(t *testing.T) {
 	}
 	_, err := m.maint.Downgrade(ctx, &pb.DowngradeRequest{Action: pb.DowngradeRequest_ENABLE, Version: "garbage"})
 	wantErr(t, err, rpctypes.ErrGRPCWrongDowngradeVersionFormat)
+}
+
+// TestDecideClusterVersion is the leader's decision (etcd's
+// decideClusterVersion) from the members' server versions, the cluster
+// version and the downgrade state.
+func TestDecideClusterVersion(t *testing.T) {
+	vers := func(servers ...string) map[uint64]*memberVersions {
+		m := map[uint64]*memberVersions{}
+		for i, v := range servers {
+			if v == "" {
+				m[uint64(i+1)] = nil // unreachable
+				continue
+			}
+			m[uint64(i+1)] = &memberVersions{Server: v}
+		}
+		return m
+	}
+	for _, c := range []struct {
+		name      string
+		cluster   string
+		downgrade etcdDowngradeInfo
+		members   map[uint64]*memberVersions
+		want      string
+		wantErr   bool
+	}{
+		{"none yet, all known", "", etcdDowngradeInfo{}, vers("3.7.3", "3.7.3"), "3.7.0", false},
+		{"none yet, one unreachable", "", etcdDowngradeInfo{}, vers("3.7.3", ""), "3.0.0", false},
+		{"none yet, a 3.6 member", "", etcdDowngradeInfo{}, vers("3.7.3", "3.6.16"), "3.6.0", false},
+		{"one unreachable keeps it", "3.0.0", etcdDowngradeInfo{}, vers("3.7.3", ""), "", false},
+		{"raised once all are known", "3.0.0", etcdDowngradeInfo{}, vers("3.7.3", "3.7.3"), "3.7.0", false},
+		{"steady", "3.7.0", etcdDowngradeInfo{}, vers("3.7.3", "3.7.3"), "", false},
+		{"a 3.6 member does not lower it", "3.7.0", etcdDowngradeInfo{}, vers("3.7.3", "3.6.16"), "", false},
+		{"raised back after a downgrade", "3.6.0", etcdDowngradeInfo{}, vers("3.7.3", "3.7.3"), "3.7.0", false},
+		{"not while a 3.6 member is left", "3.6.0", etcdDowngradeInfo{}, vers("3.7.3", "3.6.16"), "", false},
+		{"a downgrade lowers it", "3.7.0", etcdDowngradeInfo{Enabled: true, TargetVersion: "3.6.0"}, vers("3.7.3", "3.7.3"), "3.6.0", false},
+		{"with members of both", "3.7.0", etcdDowngradeInfo{Enabled: true, TargetVersion: "3.6.0"}, vers("3.7.3", "3.6.16"), "", true},
+		{"already at the target", "3.6.0", etcdDowngradeInfo{Enabled: true, TargetVersion: "3.6.0"}, vers("3.7.3", "3.6.16"), "", false},
+		{"a target two below", "3.7.0", etcdDowngradeInfo{Enabled: true, TargetVersion: "3.5.0"}, vers("3.7.3"), "", true},
+	} {
+		s := &Server{lg: slog.New(slog.DiscardHandler), versions: newClusterVersions()}
+		s.versions.cluster, s.versions.downgrade = c.cluster, c.downgrade
+		got, err := s.decideClusterVersion(c.members)
+		if got != c.want || (err != nil) != c.wantErr {
+			t.Errorf("%s: %q, %v; want %q (error: %v)", c.name, got, err, c.want, c.wantErr)
+		}
+	}
 }

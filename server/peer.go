@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"google.golang.org/protobuf/proto"
 	"io"
 	"log"
 	"log/slog"
@@ -404,6 +405,14 @@ func (ps peerSnapshots) etcdPayload(o raft.OutgoingSnapshot) (io.ReadCloser, int
 		<-done
 		o.Payload.Close()
 		return nil, 0, fmt.Errorf("server: the image holds index %d, the snapshot is at %d", plan.RaftIndex, o.Message.GetSnapshot().GetMetadata().GetIndex())
+	}
+	// The message goes out after Open returns: it carries the
+	// membership as etcd's v2 store, which etcd 3.6 restores.
+	// The snapshot is copied: raft's storage may share it.
+	if snap := o.Message.GetSnapshot(); snap != nil {
+		snap = proto.CloneOf(snap)
+		snap.Data = plan.V2Store
+		o.Message.Snapshot = snap
 	}
 	ps.p.s.lg.Info("sending a snapshot in etcd's format to an etcd follower", "to", transport.FormatID(o.Message.GetTo()),
 		"index", plan.RaftIndex, "bytes", plan.Size())

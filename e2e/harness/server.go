@@ -171,6 +171,10 @@ func (s *Server) Name() string { return s.cfg.Name }
 // Bin is the server binary.
 func (s *Server) Bin() string { return s.cfg.Bin }
 
+// SetBin makes the next start run bin on the same data dir, ports and
+// flags: a member upgraded or downgraded in place. Stop it first.
+func (s *Server) SetBin(bin string) { s.cfg.Bin = bin }
+
 // Pid is the running process's id, 0 when it is not running.
 func (s *Server) Pid() int {
 	s.mu.Lock()
