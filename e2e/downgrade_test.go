@@ -96,6 +96,7 @@ func leaderLogHas(msg string) cstep {
 // through a follower, and the versions raised back.
 func TestDowngradeClusterDiff(t *testing.T) {
 	runClusterDiff(t, "downgrade", downgradeFlags, []cstep{
+		{name: "m1 leads", run: leaderOn(1), show: "make m1 the leader"},
 		allVersions("3.7.0", "3.7.0"),
 		{name: "endpoint status --cluster", on: 1, args: []string{"endpoint", "status", "--cluster", "-w", "json"}, json: true},
 		{name: "downgrade validate 3.6 on a member", on: 2, args: []string{"downgrade", "validate", "3.6"}},

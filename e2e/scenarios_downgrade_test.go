@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -138,5 +139,47 @@ func downgradeScenario() scenario {
 		c("downgrade validate 3.6 after", "downgrade", "validate", "3.6"),
 		metricLines("etcd_cluster_version after", "etcd_cluster_version"),
 		c("get after", "get", "dk", "-w", "json"),
+	}}
+}
+
+// logSequence is a step that records, in order, the given fields of the
+// server log's lines with msg (since the server first started).
+func logSequence(name, msg string, fields ...string) step {
+	return step{name: name, show: fmt.Sprintf("grep %q <log> | fields %s", msg, strings.Join(fields, ",")),
+		run: func(t *testing.T, s *side) harness.Result {
+			b, err := os.ReadFile(s.srv.LogPath)
+			if err != nil {
+				return harness.Result{Stderr: err.Error(), Code: 1}
+			}
+			var out strings.Builder
+			for _, l := range strings.Split(string(b), "\n") {
+				var rec map[string]any
+				if json.Unmarshal([]byte(l), &rec) != nil || rec["msg"] != msg {
+					continue
+				}
+				var parts []string
+				for _, f := range fields {
+					parts = append(parts, fmt.Sprintf("%s=%v", f, rec[f]))
+				}
+				out.WriteString(strings.Join(parts, " ") + "\n")
+			}
+			return harness.Result{Stdout: out.String()}
+		}}
+}
+
+// stopOnDefragScenario is the StopGRPCServiceOnDefrag gate, on (on) or
+// off: during a defragmentation etcd sets the gRPC health service to
+// NOT_SERVING (and logs why) and back to SERVING after; without the gate
+// it only logs SERVING again after.
+func stopOnDefragScenario(on bool) scenario {
+	name := "gate-stop-grpc-on-defrag-off"
+	if on {
+		name = "gate-stop-grpc-on-defrag"
+	}
+	return scenario{name: name, flags: []string{fmt.Sprintf("--feature-gates=StopGRPCServiceOnDefrag=%v", on)}, steps: []step{
+		c("put", "put", "k", "v"),
+		c("defrag", "defrag"),
+		logSequence("the health service's changes", "grpc service status changed", "level", "service", "status", "reason"),
+		metricLines("the gate's metric", "etcd_server_feature_enabled"),
 	}}
 }

@@ -18,6 +18,8 @@ func scenarios() []scenario {
 		streamScenario(),
 		streamLargeScenario(),
 		downgradeScenario(),
+		stopOnDefragScenario(true),
+		stopOnDefragScenario(false),
 		watchScenario(),
 		leaseScenario(),
 		concurrencyScenario(),

@@ -824,6 +824,9 @@ func (n *Node) Status() Status {
 // Applied is the last index the state machine has applied.
 func (n *Node) Applied() uint64 { return n.applied.Load() }
 
+// Committed is the last index this member knows committed.
+func (n *Node) Committed() uint64 { return n.committed.Load() }
+
 // Term is the member's current raft term: Status().Term without the rest
 // of Status (every response header carries it).
 func (n *Node) Term() uint64 { return n.term.Load() }

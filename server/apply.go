@@ -47,6 +47,9 @@ func (a *applier) Commit() error { return a.s.be.ForceCommit() }
 func (a *applier) Persisted(index uint64) { a.s.be.SetDurableIndex(index) }
 
 func (a *applier) Apply(ents []*raftpb.Entry) {
+	if a.s.beforeApply != nil {
+		a.s.beforeApply()
+	}
 	for _, e := range ents {
 		idx, term := e.GetIndex(), e.GetTerm()
 		if idx <= a.applied.Load() {

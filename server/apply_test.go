@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // TestProposerCopyApplied: a member applies the requests it proposed from
@@ -57,5 +59,37 @@ func TestProposerCopyApplied(t *testing.T) {
 		if string(kv.Value) != want {
 			t.Fatalf("%s = %q, want %q", kv.Key, kv.Value, want)
 		}
+	}
+}
+
+// TestApplyGapLimit is etcd's overload rule (exceedsRequestLimit) with
+// and without the PriorityRequest gate: a proposal is refused once apply
+// is more than 5,000 entries behind commit, a lease revoke under the gate
+// only past 10,000; and the refusal reaches a client as etcd's does.
+func TestApplyGapLimit(t *testing.T) {
+	put := &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: []byte("k")}}
+	revoke := &pb.InternalRaftRequest{LeaseRevoke: &pb.LeaseRevokeRequest{ID: 1}}
+	for _, c := range []struct {
+		gap      uint64
+		req      *pb.InternalRaftRequest
+		priority bool
+		want     bool
+	}{
+		{0, put, false, false},
+		{5000, put, false, false},
+		{5001, put, false, true},
+		{5001, put, true, true},
+		{5001, revoke, false, true},
+		{5001, revoke, true, false},
+		{10000, revoke, true, false},
+		{10001, revoke, true, true},
+	} {
+		if got := overApplyGap(100, 100+c.gap, c.req, c.priority); got != c.want {
+			t.Errorf("apply %d behind, %v, PriorityRequest=%v: refused %v, want %v", c.gap, c.req, c.priority, got, c.want)
+		}
+	}
+	st := status.Convert(toGRPCError(errTooManyRequests))
+	if st.Code() != codes.Unknown || st.Message() != "etcdserver: too many requests" {
+		t.Errorf("too many requests reaches a client as %v %q", st.Code(), st.Message())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -577,14 +578,51 @@ func TestClusterMoveLeader(t *testing.T) {
 	}
 }
 
-// TestClusterLeaseRemainingTTLSurvivesLeaderChange: the leader checkpoints
-// each long lease's remaining TTL through raft, so a new leader (and a
-// restarted cluster) restarts the lease's clock from what was left, not
-// from the granted TTL. Without checkpoints the new leader would answer
-// the full 20 s again.
-func TestClusterLeaseRemainingTTLSurvivesLeaderChange(t *testing.T) {
+// TestClusterLeaseCheckpointGate: with the LeaseCheckpoint gate the
+// leader checkpoints each long lease's remaining TTL through raft, so a
+// new leader (and a restarted cluster) restarts the lease's clock from
+// what was left, not from the granted TTL; without it (etcd's default) the
+// new leader starts the full TTL over, as etcd's does.
+func TestClusterLeaseCheckpointGate(t *testing.T) {
+	t.Run("on", testLeaseCheckpointOn)
+	t.Run("off", func(t *testing.T) {
+		const granted = 20
+		c := newTestClusterHooked(t, 3, storageHooks{leaseCheckpointInterval: time.Second})
+		lead := c.leader()
+		g, err := lead.lease.LeaseGrant(ctxT(t), &pb.LeaseGrantRequest{TTL: granted})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Three checkpoint intervals of the lease's clock on the leader.
+		poll.Until(t, "the lease's TTL to fall by 3 s on the leader", func() bool {
+			ttl, err := lead.lease.LeaseTimeToLive(ctxT(t), &pb.LeaseTimeToLiveRequest{ID: g.ID})
+			return err == nil && ttl.TTL <= granted-3
+		})
+		for _, m := range c.members {
+			if info, ok := m.s.lessor.Lookup(g.ID); !ok || info.RemainingTTL != 0 {
+				t.Fatalf("%s: the lease has a checkpoint (%d s) without the gate", m.name, info.RemainingTTL)
+			}
+		}
+		to := c.followers()[0]
+		if _, err := lead.maint.MoveLeader(ctxT(t), &pb.MoveLeaderRequest{TargetID: to.s.id}); err != nil {
+			t.Fatal(err)
+		}
+		ttl, err := to.lease.LeaseTimeToLive(ctxT(t), &pb.LeaseTimeToLiveRequest{ID: g.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The new leader's clock starts from the granted TTL plus the
+		// election timeout (0.5 s), truncated to whole seconds.
+		if ttl.TTL < granted-1 {
+			t.Fatalf("after the leader change without checkpoints: TTL %d, want the granted %d s again", ttl.TTL, granted)
+		}
+		t.Logf("remaining TTL after the leader change without checkpoints: %d s (granted %d s)", ttl.TTL, granted)
+	})
+}
+
+func testLeaseCheckpointOn(t *testing.T) {
 	const granted = 20
-	c := newTestClusterHooked(t, 3, storageHooks{leaseCheckpointInterval: time.Second})
+	c := newTestClusterHooked(t, 3, storageHooks{leaseCheckpointInterval: time.Second}, "--feature-gates=LeaseCheckpoint=true")
 	lead := c.leader()
 	g, err := lead.lease.LeaseGrant(ctxT(t), &pb.LeaseGrantRequest{TTL: granted})
 	if err != nil {
@@ -887,5 +925,53 @@ func TestClusterDeepTxnAppliedEverywhere(t *testing.T) {
 	}
 	if hashes[0] != hashes[1] || hashes[1] != hashes[2] {
 		t.Fatalf("HashKV differs between members: %v", hashes)
+	}
+}
+
+// TestClusterFastLeaseKeepAliveGate: a keep-alive on the leader waits
+// for everything committed to be applied, as etcd's (for up to a second,
+// then etcd's "waiting for the applied index took too long"), unless the
+// FastLeaseKeepAlive gate (on by default) lets a lease the leader has be
+// renewed at once. Apply is held back (beforeApply) while a put is
+// committed.
+func TestClusterFastLeaseKeepAliveGate(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprintf("FastLeaseKeepAlive=%v", on), func(t *testing.T) {
+			var hold atomic.Bool
+			release := make(chan struct{})
+			c := newTestClusterHooked(t, 3, storageHooks{beforeApply: func() {
+				if hold.Load() {
+					<-release
+				}
+			}}, fmt.Sprintf("--feature-gates=FastLeaseKeepAlive=%v", on))
+			released := false
+			defer func() {
+				if !released {
+					close(release)
+				}
+			}()
+			lead := c.leader()
+			g, err := lead.lease.LeaseGrant(ctxT(t), &pb.LeaseGrantRequest{TTL: 60})
+			if err != nil {
+				t.Fatal(err)
+			}
+			hold.Store(true)
+			go lead.kv.Put(context.Background(), &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
+			poll.Until(t, "a put committed and not applied on the leader", func() bool {
+				return lead.s.node.Committed() > lead.s.node.Applied()
+			})
+			start := time.Now()
+			ttl, err := lead.s.renewLease(ctxT(t), g.ID)
+			took := time.Since(start)
+			switch {
+			case on && (err != nil || ttl != 60):
+				t.Fatalf("with the gate, a keep-alive while apply is behind: TTL %d, %v; want 60 at once", ttl, err)
+			case !on:
+				wantErr(t, err, rpctypes.ErrGRPCTimeoutWaitAppliedIndex)
+			}
+			close(release)
+			released = true
+			t.Logf("FastLeaseKeepAlive=%v: keep-alive while apply is behind: TTL %d, error %v, after %v", on, ttl, err, took.Round(time.Millisecond))
+		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/strata-db/strata/auth"
 	"github.com/strata-db/strata/mvcc"
 	"github.com/strata-db/strata/raft"
+	"github.com/strata-db/strata/server/config"
 )
 
 // kvServer serves the KV service.
@@ -110,6 +111,9 @@ func (s *Server) proposeEncoded(ctx context.Context, req *pb.InternalRaftRequest
 	if err := s.checkQuota(req); err != nil {
 		return applyResult{}, err
 	}
+	if s.exceedsRequestLimit(req) {
+		return applyResult{}, errTooManyRequests
+	}
 	cost, err := s.diskFull.admit(req)
 	if err != nil {
 		return applyResult{}, err
@@ -187,6 +191,39 @@ func (s *Server) proposeEncoded(ctx context.Context, req *pb.InternalRaftRequest
 			return applyResult{}, errStopped
 		}
 	}
+}
+
+// Apply backlog limits, etcd's: a member whose applied index is this far
+// behind its committed index takes no new proposal ("etcdserver: too many
+// requests") until apply catches up; with the PriorityRequest gate a
+// lease revoke may go twice as far behind, so that leases still expire
+// (and free their keys) under an overload.
+const (
+	maxApplyGap         = 5000
+	maxPriorityApplyGap = 2 * maxApplyGap
+)
+
+// errTooManyRequests is etcd's answer to a proposal over the limit. etcd
+// maps its error to an rpctypes.EtcdError, which is no gRPC status, so its
+// clients get it with the code Unknown; so do Strata's (toGRPCError).
+var errTooManyRequests = errors.New("etcdserver: too many requests")
+
+// exceedsRequestLimit is etcd's check of the apply backlog before a
+// proposal.
+func (s *Server) exceedsRequestLimit(req *pb.InternalRaftRequest) bool {
+	return overApplyGap(s.node.Applied(), s.node.Committed(), req, s.cfg.FeatureEnabled(config.FeaturePriorityRequest))
+}
+
+// overApplyGap decides exceedsRequestLimit from the applied and committed
+// indexes: a lease revoke is a priority request.
+func overApplyGap(applied, committed uint64, req *pb.InternalRaftRequest, priority bool) bool {
+	if committed <= applied+maxApplyGap {
+		return false
+	}
+	if priority && req.LeaseRevoke != nil {
+		return committed > applied+maxPriorityApplyGap
+	}
+	return true
 }
 
 // proposalTimeoutErr is etcd's reading of a proposal that was not applied

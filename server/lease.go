@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/strata-db/strata/server/config"
 	"io"
 	"time"
 
@@ -120,10 +121,21 @@ func (s *Server) renewLease(ctx context.Context, id int64) (int64, error) {
 	return s.forwardRenew(ctx, id)
 }
 
-// renewLocal renews on this member, the leader.
+// renewLocal renews on this member, the leader. As etcd, it first waits
+// until everything this member knows committed is applied (so a lease
+// revoked just before is not renewed), for at most a second (etcd's
+// "waiting for the applied index took too long"); with the
+// FastLeaseKeepAlive gate (on by default) only for a lease this member
+// does not have: a keep-alive of one it has then costs no wait, however
+// far apply is behind under load. Leadership needs no read index here,
+// as in etcd, whose check is only that its raft loop ticks: the raft
+// goroutine here always does, and raft's quorum check ends a leadership
+// that lost its followers.
 func (s *Server) renewLocal(ctx context.Context, id int64) (int64, error) {
-	if err := s.linearizableRead(ctx); err != nil {
-		return 0, err
+	if !s.cfg.FeatureEnabled(config.FeatureFastLeaseKeepAlive) || !s.lessor.Exists(id) {
+		if err := s.waitAppliedCommitted(ctx); err != nil {
+			return 0, err
+		}
 	}
 	rev, err := s.checkLeaseAccess(ctx, []int64{id}, leaseWrite)
 	if err == nil {
@@ -140,6 +152,31 @@ func (s *Server) renewLocal(ctx context.Context, id int64) (int64, error) {
 		return 0, errNoLeader
 	}
 	return ttl, err
+}
+
+// applyWaitTimeout is etcd's applyTimeout: how long a lease operation
+// waits for apply to reach the committed index.
+const applyWaitTimeout = time.Second
+
+// waitAppliedCommitted waits until this member has applied everything it
+// knows committed, as etcd's waitAppliedIndex.
+func (s *Server) waitAppliedCommitted(ctx context.Context) error {
+	ci := s.node.Committed()
+	if s.node.Applied() >= ci {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, applyWaitTimeout)
+	defer cancel()
+	if err := s.node.WaitApplied(wctx, ci); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			return rpctypes.ErrGRPCTimeoutWaitAppliedIndex
+		}
+		return err
+	}
+	return nil
 }
 
 // waitLeasePrimary returns once this member's lessor is the primary. A

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/strata-db/strata/server/config"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -119,6 +120,9 @@ func (m *maintenanceServer) Defragment(ctx context.Context, r *pb.DefragmentRequ
 	// the defrag: it runs to the end, and only the server's shutdown
 	// interrupts it.
 	done := make(chan error, 1)
+	if s.cfg.FeatureEnabled(config.FeatureStopGRPCServiceOnDefrag) && s.health != nil {
+		s.stopServing("defrag is active")
+	}
 	if defragStarted != nil {
 		defragStarted()
 	}
@@ -134,6 +138,11 @@ func (m *maintenanceServer) Defragment(ctx context.Context, r *pb.DefragmentRequ
 			s.logDefragDone(before, time.Since(start))
 		} else {
 			s.lg.Warn("failed to defragment", "error", err, "took", time.Since(start))
+		}
+		if s.health != nil {
+			// As etcd's, the service is back once the defragmentation
+			// ends, however the request that started it ended.
+			s.startServing()
 		}
 		done <- err
 	}()

@@ -60,9 +60,9 @@ func (s *Server) Serve() error {
 	pb.RegisterLeaseServer(s.grpc, &leaseServer{s: s})
 	pb.RegisterAuthServer(s.grpc, &authServer{s: s})
 	pb.RegisterWatchServer(s.grpc, &watchServer{s: s})
-	hs := health.NewServer()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	healthpb.RegisterHealthServer(s.grpc, hs)
+	s.health = health.NewServer()
+	s.startServing()
+	healthpb.RegisterHealthServer(s.grpc, s.health)
 	// etcd creates the gRPC metrics' series of the services registered
 	// so far, and registers Lock and Election after.
 	s.metrics.grpc.preinit(s.grpc.GetServiceInfo())
@@ -216,3 +216,20 @@ func (handshakeDone) Info() credentials.ProtocolInfo {
 }
 func (h handshakeDone) Clone() credentials.TransportCredentials { return h }
 func (handshakeDone) OverrideServerName(string) error           { return nil }
+
+// startServing sets the gRPC health service to SERVING, with etcd's log
+// line: at start, and after every defragmentation (whether or not the
+// StopGRPCServiceOnDefrag gate stopped it).
+func (s *Server) startServing() {
+	s.lg.Info("grpc service status changed", "service", "", "status", healthpb.HealthCheckResponse_SERVING.String())
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+}
+
+// stopServing sets the gRPC health service to NOT_SERVING, so that
+// clients that watch it (clientv3 with health checking, load balancers)
+// move to another member; etcd does it during a defragmentation when
+// the StopGRPCServiceOnDefrag gate is on.
+func (s *Server) stopServing(reason string) {
+	s.lg.Warn("grpc service status changed", "service", "", "status", healthpb.HealthCheckResponse_NOT_SERVING.String(), "reason", reason)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+}

@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"google.golang.org/grpc/health"
 	"log/slog"
 	"net"
 	"net/http"
@@ -65,6 +66,9 @@ type Server struct {
 	// versions: the cluster and storage versions and the downgrade
 	// state (clusterversion.go).
 	versions *clusterVersions
+	// health is the gRPC health service (Serve); a defragmentation
+	// stops it under the StopGRPCServiceOnDefrag gate.
+	health *health.Server
 	// leading wakes runVersionMonitor when this member starts to lead
 	// with its term's entries applied.
 	leading chan struct{}
@@ -90,6 +94,7 @@ type Server struct {
 	// open and has to wait for it.
 	restoreWindow func()
 	readBlocked   func()
+	beforeApply   func()
 	// requests counts unary client requests (for runIdleTrim);
 	// idleTrimInterval and idleTrimmed are its test hooks.
 	requests         atomic.Uint64
@@ -162,6 +167,9 @@ type storageHooks struct {
 	// beforeDiskProbe runs in newServer right before the WAL disk probe,
 	// the slow part of a start.
 	beforeDiskProbe func()
+	// beforeApply runs on the apply goroutine before each batch of
+	// committed entries: a test holds apply back with it.
+	beforeApply func()
 }
 
 func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Server, err error) {
@@ -199,6 +207,7 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	s.metrics = newMetrics(cfg.Metrics == "extensive")
 	s.dbFS = hooks.dbFS
 	s.restoreWindow, s.readBlocked = hooks.restoreWindow, hooks.readBlocked
+	s.beforeApply = hooks.beforeApply
 	s.idleTrimInterval, s.idleTrimmed, s.idleTrimAlways = hooks.idleTrimInterval, hooks.idleTrimmed, hooks.idleTrimAlways
 	s.healthInterval, s.deleteWait = hooks.healthInterval, hooks.deleteWait
 	if s.healthInterval == 0 {
@@ -240,11 +249,15 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	if err != nil {
 		return nil, err
 	}
-	// Always on, unlike etcd, where the LeaseCheckpoint gate (default off)
-	// decides: remaining TTLs must survive leader changes and restarts
-	// (ARCHITECTURE.md). Only leases longer than the interval (5 min) are
-	// checkpointed, and etcd members apply the same LeaseCheckpoint entries.
-	s.lessor.SetCheckpointer(s.checkpointLeases)
+	// As etcd, the LeaseCheckpoint gate (off by default) decides whether
+	// the leader checkpoints remaining TTLs, so that they survive leader
+	// changes and restarts; without it a lease starts its TTL over on a
+	// new leader. Only leases longer than the interval (5 min) are
+	// checkpointed. Every member applies the LeaseCheckpoint entries it
+	// is sent, whatever its own gate says, as etcd's do.
+	if cfg.FeatureEnabled(config.FeatureLeaseCheckpoint) {
+		s.lessor.SetCheckpointer(s.checkpointLeases)
+	}
 	if err := s.openAuth(); err != nil {
 		return nil, err
 	}
