@@ -287,6 +287,13 @@ func quotaScenario() scenario {
 		c("endpoint status shows the alarm", "endpoint", "status"),
 		c("read works", "get", "q", "--keys-only"),
 		c("write fails", "put", "small", "v"),
+		{name: "14 more writes fail", show: "(put small v, 14 times)", run: func(t *testing.T, s *side) harness.Result {
+			var r harness.Result
+			for i := 0; i < 14; i++ {
+				r = s.ctl.Run("", "put", "small", "v")
+			}
+			return r
+		}},
 		c("delete works", "del", "nothing"),
 		// How many puts fit depends on the backend's page accounting and
 		// commit timing (it differs between two etcd runs), so from here on

@@ -425,7 +425,7 @@ func (n *Node) applyLoop() {
 		n.sm.Apply(ents)
 		last := ents[len(ents)-1].GetIndex()
 		n.publishApplied(last)
-		due := n.cfg.SnapshotCount > 0 && last-n.snapIndex.Load() >= n.cfg.SnapshotCount
+		due := n.cfg.SnapshotCount > 0 && last-n.snapIndex.Load() > n.cfg.SnapshotCount
 		if (due || n.forceSnap.Load()) && n.snapshotting.CompareAndSwap(false, true) {
 			n.forceSnap.Store(false)
 			// In the background: the snapshot first makes the state
@@ -594,6 +594,9 @@ func (n *Node) snapshot(idx uint64, cs *raftpb.ConfState) error {
 	}
 	n.snapIndex.Store(idx)
 	n.log.Info("saved snapshot", "index", idx, "term", term, "purged-wal-segments", len(removed), "took", time.Since(start))
+	if n.cfg.SnapshotSaved != nil {
+		n.cfg.SnapshotSaved(idx)
+	}
 	return nil
 }
 

@@ -89,8 +89,9 @@ type Config struct {
 	// ElectionTicks and HeartbeatTicks are in ticks (etcd derives
 	// ElectionTicks from --election-timeout / --heartbeat-interval).
 	ElectionTicks, HeartbeatTicks int
-	// SnapshotCount is how many applied entries trigger a snapshot
-	// (etcd's --snapshot-count, default 10000).
+	// SnapshotCount: a snapshot is taken once more than this many
+	// entries were applied since the last one (etcd's --snapshot-count,
+	// default 10000, with etcd's strict comparison).
 	SnapshotCount uint64
 	// CatchUpEntries are kept in memory after a snapshot for slow
 	// followers (etcd keeps 5000); none on a member alone in its
@@ -114,6 +115,9 @@ type Config struct {
 	// Metrics receives read index and snapshot figures; nil records
 	// nothing.
 	Metrics *Metrics
+	// SnapshotSaved, if set, is called after each snapshot is saved (on
+	// the snapshotting goroutine), with its index.
+	SnapshotSaved func(index uint64)
 }
 
 // ConfChecker checks committed conf changes for the raft goroutine, which

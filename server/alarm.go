@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"github.com/prometheus/client_golang/prometheus"
 	"sort"
 	"sync"
 
@@ -22,6 +23,12 @@ var alarmBucket = schema.Alarm
 type alarms struct {
 	mu sync.RWMutex
 	m  map[alarmKey]bool
+	// gauge is etcd_debugging_server_alarms, kept as etcd keeps it: up by
+	// one for every ACTIVATE applied (a write refused for the quota raises
+	// NOSPACE again each time), down by one for every DEACTIVATE of an
+	// active alarm, not restored at start. So it counts activations, not
+	// active alarms, as etcd's does.
+	gauge *prometheus.GaugeVec
 }
 
 type alarmKey struct {
@@ -29,7 +36,16 @@ type alarmKey struct {
 	typ    pb.AlarmType
 }
 
-func newAlarms() *alarms { return &alarms{m: map[alarmKey]bool{}} }
+func newAlarms() *alarms {
+	return &alarms{m: map[alarmKey]bool{}, gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "etcd_debugging_server_alarms",
+		Help: "Alarms for every member in cluster. 1 for 'server_id' label with current ID. 2 for 'alarm_type' label with type of this alarm"},
+		[]string{"server_id", "alarm_type"})}
+}
+
+// counted moves etcd_debugging_server_alarms for an applied request.
+func (a *alarms) counted(member uint64, typ pb.AlarmType, delta float64) {
+	a.gauge.WithLabelValues(hexID(member), typ.String()).Add(delta)
+}
 
 // load restores the alarms from the page store.
 func (a *alarms) load(db *pagestore.DB) error {
@@ -101,6 +117,7 @@ func (a *alarms) apply(w *mvcc.WriteTx, r *pb.AlarmRequest) *pb.AlarmResponse {
 			a.m[k] = true
 			w.Put(alarmBucket, alarmKeyBytes(r.MemberID, r.Alarm), []byte{})
 		}
+		a.counted(r.MemberID, r.Alarm, 1)
 		resp.Alarms = append(resp.Alarms, &pb.AlarmMember{MemberID: r.MemberID, Alarm: r.Alarm})
 	case pb.AlarmRequest_DEACTIVATE:
 		// As etcd: exactly the (member, type) named; no wildcards.
@@ -109,6 +126,7 @@ func (a *alarms) apply(w *mvcc.WriteTx, r *pb.AlarmRequest) *pb.AlarmResponse {
 		if a.m[k] {
 			delete(a.m, k)
 			w.Delete(alarmBucket, alarmKeyBytes(k.member, k.typ))
+			a.counted(k.member, k.typ, -1)
 			resp.Alarms = append(resp.Alarms, &pb.AlarmMember{MemberID: k.member, Alarm: k.typ})
 		}
 	}
@@ -154,28 +172,46 @@ func txnCost(t *pb.TxnRequest) int {
 }
 
 // checkQuota refuses a write that does not fit, raising NOSPACE.
-func (s *Server) checkQuota(req *pb.InternalRaftRequest) error {
+func (s *Server) checkQuota(ctx context.Context, req *pb.InternalRaftRequest) error {
 	cost := requestCost(req)
 	if cost == 0 {
 		return nil
 	}
-	if s.alarms.active(pb.AlarmType_NOSPACE) && !s.alarms.active(pb.AlarmType_CORRUPT) {
-		return errNoSpace // apply would refuse it (with CORRUPT, as corrupt)
+	if s.alarms.active(pb.AlarmType_CORRUPT) {
+		return nil // apply refuses it, as corrupt
+	}
+	up := s.alarms.active(pb.AlarmType_NOSPACE)
+	if up && s.diskFull.raisedFor(s.id) {
+		// This member's full-disk alarm (diskfull.go) clears itself once
+		// commits succeed again; an ordinary ACTIVATE would make it one
+		// that only a disarm ends.
+		return errNoSpace
 	}
 	q := s.quotaBytes()
-	if q <= 0 {
-		return nil
+	over := q > 0 && s.be.DB().InUseBytes()+s.be.PendingBytes()+int64(cost) >= q
+	if !over {
+		if !up {
+			return nil
+		}
+		// Refused while the alarm is up. etcd's check is on its file's
+		// size, which stays over the quota while its own quota alarm is
+		// up (until a defragmentation), so there it raises the alarm
+		// again; this check is on bytes in use, which the refusal left
+		// under the quota. So a write refused while this member's own
+		// quota alarm is up counts as one over the quota; under another
+		// member's alarm it is refused and nothing more.
+		if !s.alarms.activeFor(s.id, pb.AlarmType_NOSPACE) {
+			return errNoSpace
+		}
 	}
-	if s.be.DB().InUseBytes()+s.be.PendingBytes()+int64(cost) < q {
-		return nil
+	// As etcd's quota check: a write refused for the quota raises the
+	// alarm through raft, again if it is up, and is answered once that is
+	// applied; etcd_debugging_server_alarms counts each.
+	if !up {
+		s.lg.Warn("database space exceeded; raising the NOSPACE alarm", "quota-size-bytes", q)
 	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), s.requestTimeout())
-		defer cancel()
-		s.propose(ctx, &pb.InternalRaftRequest{Alarm: &pb.AlarmRequest{
-			Action: pb.AlarmRequest_ACTIVATE, MemberID: s.id, Alarm: pb.AlarmType_NOSPACE}})
-	}()
-	s.lg.Warn("database space exceeded; raising the NOSPACE alarm", "quota-size-bytes", q)
+	s.propose(ctx, &pb.InternalRaftRequest{Alarm: &pb.AlarmRequest{
+		Action: pb.AlarmRequest_ACTIVATE, MemberID: s.id, Alarm: pb.AlarmType_NOSPACE}})
 	return errNoSpace
 }
 

@@ -3,9 +3,13 @@ package server
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"path/filepath"
 	"testing"
 
+	dto "github.com/prometheus/client_model/go"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -91,5 +95,43 @@ func TestApplyGapLimit(t *testing.T) {
 	st := status.Convert(toGRPCError(errTooManyRequests))
 	if st.Code() != codes.Unknown || st.Message() != "etcdserver: too many requests" {
 		t.Errorf("too many requests reaches a client as %v %q", st.Code(), st.Message())
+	}
+}
+
+// TestAlarmGaugeCountsActivations: etcd_debugging_server_alarms is etcd's
+// gauge of alarm activations: every write refused for the quota raises
+// NOSPACE again and counts, a disarm takes one off.
+func TestAlarmGaugeCountsActivations(t *testing.T) {
+	m := startMember(t, filepath.Join(t.TempDir(), "d"), "--quota-backend-bytes", "1048576")
+	defer m.stop(t)
+	ctx := context.Background()
+	big := make([]byte, 256<<10)
+	rand.NewChaCha8([32]byte{1}).Read(big)
+	refused := 0
+	for i := 0; refused < 16; i++ {
+		if i > 64 {
+			t.Fatalf("%d puts of 256 KiB under a 1 MiB quota, %d refused", i, refused)
+		}
+		_, err := m.kv.Put(ctx, &pb.PutRequest{Key: []byte(fmt.Sprint("k", i)), Value: big})
+		if err != nil {
+			wantErr(t, err, rpctypes.ErrGRPCNoSpace)
+			refused++
+		}
+	}
+	gauge := func() float64 {
+		var d dto.Metric
+		if err := m.s.alarms.gauge.WithLabelValues(hexID(m.s.id), pb.AlarmType_NOSPACE.String()).Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		return d.GetGauge().GetValue()
+	}
+	if g := gauge(); g != 16 {
+		t.Fatalf("after 16 refused puts the gauge is %v, want 16 as etcd's", g)
+	}
+	if _, err := m.maint.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_DEACTIVATE, MemberID: m.s.id, Alarm: pb.AlarmType_NOSPACE}); err != nil {
+		t.Fatal(err)
+	}
+	if g := gauge(); g != 15 {
+		t.Fatalf("after the disarm the gauge is %v, want 15 as etcd's", g)
 	}
 }

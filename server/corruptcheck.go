@@ -441,7 +441,9 @@ func (s *Server) raiseCorruptAlarm(id uint64) {
 
 // corruptChecksAtStart runs the initial check if its gate is on.
 func (s *Server) corruptChecksAtStart() error {
-	if !s.cfg.FeatureEnabled(config.FeatureInitialCorruptCheck) {
+	// As etcd, only a member that was already initialized is checked: a
+	// new one holds nothing yet.
+	if !s.cfg.FeatureEnabled(config.FeatureInitialCorruptCheck) || !s.initialized {
 		return nil
 	}
 	return s.initialCorruptCheck()

@@ -167,6 +167,7 @@ func (d *diskFull) applyMarked(w *mvcc.WriteTx, r *pb.AlarmRequest) *pb.AlarmRes
 			d.raised[r.MemberID] = true
 			w.Put(alarmBucket, alarmKeyBytes(r.MemberID, pb.AlarmType_NOSPACE), diskFullValue)
 		}
+		a.counted(r.MemberID, pb.AlarmType_NOSPACE, 1)
 		resp.Alarms = append(resp.Alarms, am)
 	case pb.AlarmRequest_DEACTIVATE:
 		// As etcd applies it (it ignores the mark): the member's NOSPACE
@@ -177,6 +178,7 @@ func (d *diskFull) applyMarked(w *mvcc.WriteTx, r *pb.AlarmRequest) *pb.AlarmRes
 			delete(a.m, k)
 			delete(d.raised, r.MemberID)
 			w.Delete(alarmBucket, alarmKeyBytes(r.MemberID, pb.AlarmType_NOSPACE))
+			a.counted(r.MemberID, pb.AlarmType_NOSPACE, -1)
 			resp.Alarms = append(resp.Alarms, am)
 		}
 	}

@@ -108,7 +108,7 @@ func (s *Server) proposeAs(ctx context.Context, req *pb.InternalRaftRequest, ai 
 
 // proposeEncoded is proposeAs with the request's entry encoded by encode.
 func (s *Server) proposeEncoded(ctx context.Context, req *pb.InternalRaftRequest, ai *auth.AuthInfo, encode proposalEncoder) (applyResult, error) {
-	if err := s.checkQuota(req); err != nil {
+	if err := s.checkQuota(ctx, req); err != nil {
 		return applyResult{}, err
 	}
 	if s.exceedsRequestLimit(req) {

@@ -95,6 +95,9 @@ type metrics struct {
 	// streamFailures counts watch and keep-alive streams that failed for
 	// a reason other than the client going away, by direction and API.
 	streamFailures *prometheus.CounterVec
+	// v2Reads and v2Writes are etcd's v2 store operation counters, by
+	// action (v2StoreSnapshot).
+	v2Reads, v2Writes *prometheus.CounterVec
 }
 
 // newMetrics builds the instruments; extensive is --metrics=extensive
@@ -108,6 +111,10 @@ func newMetrics(extensive bool) *metrics {
 	}
 	exp := prometheus.ExponentialBuckets
 	return &metrics{
+		v2Reads: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "etcd_debugging", Subsystem: "store", Name: "reads_total",
+			Help: "Total number of reads action by (get/getRecursive), local to this member."}, []string{"action"}),
+		v2Writes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "etcd_debugging", Subsystem: "store", Name: "writes_total",
+			Help: "Total number of writes (e.g. set/compareAndDelete) seen by this member."}, []string{"action"}),
 		reg:   prometheus.NewRegistry(),
 		wal:   wal.NewMetrics(),
 		mvcc:  mvcc.NewMetrics(),
@@ -405,6 +412,7 @@ func (m *metrics) register(s *Server) {
 	cs = append(cs, m.raft.Collectors()...)
 	cs = append(cs, s.peers.tr.Collectors()...)
 	cs = append(cs, stateCollectors(s)...)
+	cs = append(cs, m.v2Reads, m.v2Writes)
 	cs = append(cs, etcdOnlyCollectors()...)
 	cs = append(cs, s.disk.collectors()...)
 	cs = append(cs, s.diskFull.collectors()...)

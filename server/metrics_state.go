@@ -1,9 +1,9 @@
 package server
 
 import (
+	"github.com/strata-db/strata/membership"
 	"os"
 	"runtime"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
@@ -58,7 +58,7 @@ func stateCollectors(s *Server) []prometheus.Collector {
 		s.versions.gauge,
 		features,
 		&knownPeers{s: s},
-		&alarmGauge{s: s, seen: map[alarmKey]bool{}},
+		s.alarms.gauge,
 
 		// The store.
 		gf("etcd_debugging", "mvcc", "keys_total", "Total number of keys.", func() float64 { return float64(s.kv.KeyCount()) }),
@@ -119,37 +119,28 @@ func (k *knownPeers) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-var alarmDesc = prometheus.NewDesc("etcd_debugging_server_alarms",
-	"Alarms for every member in cluster. 1 for 'server_id' label with current ID. 2 for 'alarm_type' label with type of this alarm",
-	[]string{"server_id", "alarm_type"}, nil)
-
-// alarmGauge is etcd_debugging_server_alarms: 1 for each active alarm,
-// by member and type. etcd's gauge keeps a disarmed alarm's series at 0;
-// so does this one for every alarm a scrape has seen active.
-type alarmGauge struct {
-	s    *Server
-	mu   sync.Mutex
-	seen map[alarmKey]bool // guarded by mu
-}
-
-func (a *alarmGauge) Describe(ch chan<- *prometheus.Desc) { ch <- alarmDesc }
-
-func (a *alarmGauge) Collect(ch chan<- prometheus.Metric) {
-	active := map[alarmKey]bool{}
-	for _, am := range a.s.alarms.list() {
-		active[alarmKey{am.MemberID, am.Alarm}] = true
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for k := range active {
-		a.seen[k] = true
-	}
-	for k := range a.seen {
-		v := 0.0
-		if active[k] {
-			v = 1
+// v2StoreSnapshot counts the retired v2 store's operations that etcd
+// makes for every snapshot it takes: it writes the membership into a new
+// v2 store (the snapshot's Data, see etcdsnap.V2Store), first checking
+// that the store holds no members (a recursive get), then creating each
+// member's raftAttributes and setting its attributes (once published)
+// and the cluster version. etcd_debugging_store_reads_total and
+// writes_total count them by action, as etcd's do.
+func (m *metrics) v2StoreSnapshot(members []*membership.Member, version bool) {
+	m.v2Reads.WithLabelValues("getRecursive").Inc()
+	creates, sets := 0, 0
+	for _, mb := range members {
+		creates++
+		if mb.ClientURLs != nil {
+			sets++
 		}
-		ch <- prometheus.MustNewConstMetric(alarmDesc, prometheus.GaugeValue, v, hexID(k.member), k.typ.String())
+	}
+	if version {
+		sets++
+	}
+	m.v2Writes.WithLabelValues("create").Add(float64(creates))
+	if sets > 0 {
+		m.v2Writes.WithLabelValues("set").Add(float64(sets))
 	}
 }
 

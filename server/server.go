@@ -66,6 +66,10 @@ type Server struct {
 	// versions: the cluster and storage versions and the downgrade
 	// state (clusterversion.go).
 	versions *clusterVersions
+	// initialized: the member started on a data dir that already held a
+	// WAL (etcd's "member-initialized"); a new member has nothing to
+	// compare in the initial corruption check.
+	initialized bool
 	// health is the gRPC health service (Serve); a defragmentation
 	// stops it under the StopGRPCServiceOnDefrag gate.
 	health *health.Server
@@ -177,7 +181,8 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 		lg = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, lg: lg, wait: newWaitRegistry(), versions: newClusterVersions(), leading: make(chan struct{}, 1),
-		readyc: make(chan struct{}), stopping: make(chan struct{}), done: make(chan struct{})}
+		readyc: make(chan struct{}), stopping: make(chan struct{}), done: make(chan struct{}),
+		initialized: MemberInitialized(cfg)}
 	var peerListeners []net.Listener // the peers' until newPeers
 	defer func() {
 		if err != nil {
@@ -302,6 +307,7 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 		PreVote:         cfg.PreVote,
 		ForceNewCluster: cfg.ForceNewCluster,
 		StateMachine:    s.applier,
+		SnapshotSaved:   func(uint64) { s.metrics.v2StoreSnapshot(s.members.List(), s.versions.Cluster() != "") },
 		ConfChecker:     &confChecker{s: s},
 		Transport:       s.peers,
 		Logger:          lg,
