@@ -136,6 +136,8 @@ else
 fi
 ln -s "$e2e_bin/etcdctl" "$bindir/etcdctl"
 ln -s "$e2e_bin/etcdutl" "$bindir/etcdutl"
+# The downgrade and upgrade tests take the previous release from here.
+ln -s "$e2e_bin/etcd-3.6" "$bindir/etcd-last-release"
 
 if ! command -v curl >/dev/null; then
 	echo "etcd-e2e: installing curl (the tests run it)" >&2
