@@ -118,7 +118,7 @@ func TestScheduledBackups(t *testing.T) {
 	}
 	var rev int64
 	for _, p := range saved {
-		cmd := exec.Command(stratautl, "snapshot", "status", p, "-w", "json")
+		cmd := exec.Command(stratautl, "snapshot", "status", p, "-w", "strata-json")
 		b, err := cmd.Output()
 		if err != nil {
 			t.Fatalf("stratautl snapshot status %s: %v", p, err)

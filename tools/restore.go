@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -39,6 +40,21 @@ type RestoreConfig struct {
 	// SkipHashCheck skips the SHA-256 check; required for a file without
 	// the trailer, such as a db file copied out of a data dir.
 	SkipHashCheck bool
+	// RevisionBump raises the latest revision by this much, as etcdutl's
+	// --bump-revision does, so that clients watching or caching
+	// revisions never see the revision go back after a restore from an
+	// older snapshot. It needs MarkCompacted.
+	RevisionBump uint64
+	// MarkCompacted marks the bumped revision as compacted (etcdutl's
+	// --mark-compacted): reads, watches and compactions below it are
+	// refused as compacted, so a client's cached revision from before
+	// the restore cannot read history that the restore rewrote. Only
+	// with RevisionBump > 0.
+	MarkCompacted bool
+	// InitialMmapSize is etcdutl's --initial-memory-map-size. The page
+	// store maps its own address range (pagestore.Options.MaxMapSize) and
+	// needs no initial size, so it is accepted and has no effect.
+	InitialMmapSize uint64
 	// Progress, if set, receives progress bars.
 	Progress io.Writer
 
@@ -47,29 +63,41 @@ type RestoreConfig struct {
 
 // RestoreSummary is what Restore did.
 type RestoreSummary struct {
-	Snapshot        string        `json:"snapshot"`
-	Format          string        `json:"format"` // "strata" or "etcd"
-	HashChecked     bool          `json:"hashChecked"`
-	DataDir         string        `json:"dataDir"`
-	WALDir          string        `json:"walDir"`
-	MemberID        string        `json:"memberID"`
-	ClusterID       string        `json:"clusterID"`
-	Members         int           `json:"members"`
-	Revision        int64         `json:"revision"`
-	CompactRevision int64         `json:"compactRevision"`
-	Records         int           `json:"revisionRecords"` // records of the key bucket
-	Keys            int           `json:"totalKey"`        // keys live at Revision
-	Leases          int           `json:"leases"`
-	AuthEnabled     bool          `json:"authEnabled"`
-	Users           int           `json:"users"`
-	Roles           int           `json:"roles"`
-	Alarms          int           `json:"alarms"`
-	DBSize          int64         `json:"dbSize"`
-	RaftIndex       uint64        `json:"raftIndex"`
-	RaftTerm        uint64        `json:"raftTerm"`
-	Dropped         []string      `json:"droppedBuckets,omitempty"` // buckets not carried over
-	Took            time.Duration `json:"took"`
+	Snapshot        string   `json:"snapshot"`
+	Format          string   `json:"format"` // "strata" or "etcd"
+	HashChecked     bool     `json:"hashChecked"`
+	DataDir         string   `json:"dataDir"`
+	WALDir          string   `json:"walDir"`
+	MemberID        string   `json:"memberID"`
+	ClusterID       string   `json:"clusterID"`
+	Members         int      `json:"members"`
+	Revision        int64    `json:"revision"`
+	CompactRevision int64    `json:"compactRevision"`
+	Records         int      `json:"revisionRecords"` // records of the key bucket
+	Keys            int      `json:"totalKey"`        // keys live at Revision
+	Leases          int      `json:"leases"`
+	AuthEnabled     bool     `json:"authEnabled"`
+	Users           int      `json:"users"`
+	Roles           int      `json:"roles"`
+	Alarms          int      `json:"alarms"`
+	DBSize          int64    `json:"dbSize"`
+	RaftIndex       uint64   `json:"raftIndex"`
+	RaftTerm        uint64   `json:"raftTerm"`
+	Dropped         []string `json:"droppedBuckets,omitempty"` // buckets not carried over
+	// RevisionBump is how much the latest revision was raised (0: not).
+	RevisionBump uint64 `json:"revisionBump,omitempty"`
+	// BumpMarkers counts the records without a value that an earlier
+	// 'etcdutl snapshot restore --bump-revision' left in the key bucket
+	// to hold the bumped revision; they are not carried over (the
+	// compaction revision holds it here) since they are no key.
+	BumpMarkers int           `json:"bumpMarkers,omitempty"`
+	Took        time.Duration `json:"took"`
 }
+
+// ErrMarkCompacted is etcdutl's error for --bump-revision without
+// --mark-compacted, or --mark-compacted without --bump-revision (its
+// text names the flag by an older name, as etcdutl's does).
+var ErrMarkCompacted = errors.New("--mark-compacted required if --revision-bump > 0")
 
 // ErrSnapshotNoTrailer means the snapshot has no SHA-256 trailer and the
 // hash check was not skipped.
@@ -108,6 +136,12 @@ func (c *RestoreConfig) defaults() {
 // Restore created is removed again.
 func Restore(cfg RestoreConfig) (sum *RestoreSummary, err error) {
 	start := time.Now()
+	if (cfg.RevisionBump == 0) == cfg.MarkCompacted {
+		return nil, ErrMarkCompacted
+	}
+	if cfg.RevisionBump > math.MaxInt64/2 {
+		return nil, fmt.Errorf("--bump-revision %d is too large: revisions are signed 64-bit numbers", cfg.RevisionBump)
+	}
 	cfg.defaults()
 	scfg, err := restoreServerConfig(cfg)
 	if err != nil {
@@ -332,6 +366,9 @@ type restoreScan struct {
 	sum       *RestoreSummary
 	scheduled int64
 	finished  int64
+	// latest is the highest revision of the key bucket, bump markers
+	// included: what etcdutl's --bump-revision adds to.
+	latest int64
 }
 
 func (r *restoreScan) record(bucket, k, v []byte) (bool, error) {
@@ -339,6 +376,12 @@ func (r *restoreScan) record(bucket, k, v []byte) (bool, error) {
 	case bucketKey:
 		if !validRevKey(k) {
 			return false, fmt.Errorf("malformed revision key (want 8-byte main, '_', 8-byte sub, optional 't')")
+		}
+		r.latest = max(r.latest, int64(binary.BigEndian.Uint64(k)))
+		if len(v) == 0 {
+			// The marker etcdutl's --bump-revision writes: no key.
+			r.sum.BumpMarkers++
+			return false, nil
 		}
 		if err := r.kc.note(&r.st, k, v); err != nil {
 			return false, err
@@ -457,6 +500,17 @@ func convertImage(src, dst string, imageSize int64, walDir string, ms *membershi
 	sum.Records, sum.Keys = scan.records, scan.st.TotalKey
 	sum.Revision = max(scan.st.Revision, scan.scheduled, 1)
 	sum.CompactRevision = scan.finished
+	// etcdutl's --bump-revision: the new latest revision is the key
+	// bucket's latest plus the bump, scheduled for compaction. etcd also
+	// writes a record without a value at it; Strata's store needs none,
+	// since it takes a scheduled compaction revision as its revision
+	// when higher, and resumes the compaction when it opens, which is
+	// what etcd does with the scheduled revision on start.
+	var scheduleAt int64
+	if cfg.RevisionBump > 0 && cfg.MarkCompacted {
+		scheduleAt = scan.latest + int64(cfg.RevisionBump)
+		sum.Revision, sum.CompactRevision, sum.RevisionBump = scheduleAt, scheduleAt, cfg.RevisionBump
+	}
 
 	index, term, err := raft.CreateRestoredWAL(walDir, ms.Self, ms.Cluster, ms.Peers(), cfg.walOptions)
 	if err != nil {
@@ -472,6 +526,19 @@ func convertImage(src, dst string, imageSize int64, walDir string, ms *membershi
 		}
 		if err := ms.Write(tx); err != nil {
 			return err
+		}
+		if scheduleAt > 0 {
+			meta, err := tx.Bucket(schema.Meta)
+			if err != nil {
+				return err
+			}
+			// A revision key, as etcd writes the compaction revisions.
+			k := binary.BigEndian.AppendUint64(nil, uint64(scheduleAt))
+			k = append(k, '_')
+			k = binary.BigEndian.AppendUint64(k, 0)
+			if err := meta.Put(metaScheduled, k); err != nil {
+				return err
+			}
 		}
 		return mvcc.SetConsistentIndex(tx, index, term)
 	})

@@ -31,17 +31,16 @@ change under the check.
 `
 
 func init() {
-	register(command{name: "db check", example: "stratautl db check --data-dir default.strata", summary: "verify a page store (checksums, trees, free list, bytes in use); non-zero exit on corruption", run: dbCheck})
+	register(command{name: "db check", example: "stratautl db check --data-dir default.strata", args: "file", summary: "verify a page store (checksums, trees, free list, bytes in use); non-zero exit on corruption", run: dbCheck})
 }
 
 func dbCheck(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("db check", "--data-dir DIR | FILE [flags]", []string{
+	fs := newFlags("db check", "--data-dir DIR | FILE [flags] [-w table|json]", []string{
 		"stratautl db check --data-dir default.strata",
 		"stratautl db check /var/lib/strata/m1.strata/member/snap/db -w json",
 		"stratautl db check --data-dir default.strata --max-problems 1000",
 	}, stderr)
 	dataDir := fs.String("data-dir", "", "data directory whose member/snap/db to check (or give the db file as the argument)")
-	format := fs.String("w", "table", "output format: table or json")
 	maxProblems := fs.Int("max-problems", 100, "list at most this many problems (the rest are counted)")
 	noProgress := fs.Bool("no-progress", false, "never draw a progress bar (drawn on stderr for files of 64 MiB or more)")
 	usage := fs.Usage
@@ -62,19 +61,31 @@ func dbCheck(args []string, stdout, stderr io.Writer) error {
 	if target == "" {
 		target = pos[0]
 	}
-	if *format != "table" && *format != "json" {
-		fmt.Fprintf(stderr, "stratautl db check: -w must be table or json, not %q\n", *format)
-		return errUsage
+	format, err := ownFormat(stderr, "db check")
+	if err != nil {
+		return err
+	}
+	if *dataDir != "" {
+		if _, err := tools.DataDirDB(*dataDir); err != nil {
+			return err
+		}
+	} else if err := tools.CheckStrataDB(target); err != nil {
+		return err
 	}
 	o := tools.DBCheckOptions{MaxProblems: *maxProblems}
 	if st, err := os.Stat(tools.ResolveDBPath(target)); err == nil && st.Size() >= dbCheckProgressMin && !*noProgress {
 		o.Progress = stderr
 	}
-	rep, err := tools.DBCheck(target, o)
+	var rep *pagestore.CheckReport
+	err = retryLocked(tools.ResolveDBPath(target), func() error {
+		var err error
+		rep, err = tools.DBCheck(target, o)
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	if *format == "json" {
+	if format == "json" {
 		if err := json.NewEncoder(stdout).Encode(rep); err != nil {
 			return err
 		}
@@ -90,6 +101,10 @@ func dbCheck(args []string, stdout, stderr io.Writer) error {
 // parseUpTo parses flags, allowing them before and after up to max
 // positional arguments.
 func parseUpTo(fs *flag.FlagSet, args []string, max int) ([]string, error) {
+	if collecting != nil {
+		*collecting = fs
+		return nil, errCollected
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/strata-db/strata/pagestore"
 	"github.com/strata-db/strata/progress"
+	"github.com/strata-db/strata/tools"
 )
 
 const defragUsage = `Usage:
@@ -28,9 +29,14 @@ db is untouched and the .tmp file can be deleted. Defrag never makes db
 bigger: when the compacted copy is not smaller (nothing to reclaim), it
 is deleted, db is kept unchanged, and defrag says so.
 
+An etcd data dir (whose db is bbolt) is refused, naming the Strata command
+that moves it to Strata. --timeout (default 10s, 0 forever) bounds the wait
+for a server that holds the db.
+
 Examples:
   stratautl defrag --data-dir /var/lib/strata/default.strata
   stratautl defrag --data-dir default.strata --no-progress
+  stratautl defrag --data-dir default.strata --timeout 1m
 
 Flags:
 `
@@ -43,6 +49,12 @@ func runDefrag(args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprint(stderr, defragUsage)
 		fs.PrintDefaults()
+		fmt.Fprintln(stderr)
+		fmt.Fprint(stderr, globalUsage)
+	}
+	if collecting != nil {
+		*collecting = fs
+		return 0
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -67,6 +79,9 @@ func defrag(dataDir string, showProgress bool, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("no page store at %s: %w", db, err)
 	}
+	if _, err := tools.DataDirDB(dataDir); err != nil {
+		return err
+	}
 	before := fi.Size()
 	start := time.Now()
 	var bar *progress.Bar
@@ -84,8 +99,16 @@ func defrag(dataDir string, showProgress bool, stdout, stderr io.Writer) error {
 	}
 	// Defrag never makes a file bigger: a copy that is not smaller (the
 	// db had nothing to reclaim) is dropped and the db left as it was.
-	res, err := pagestore.CompactInPlace(db, report, func(before, copy int64) bool { return copy < before })
+	var res pagestore.CompactResult
+	err = tools.RetryLocked(db, global.timeout, func() error {
+		var err error
+		res, err = pagestore.CompactInPlace(db, report, func(before, copy int64) bool { return copy < before })
+		return err
+	})
 	if err != nil {
+		if errors.Is(err, tools.ErrLockTimeout) {
+			return err
+		}
 		if errors.Is(err, pagestore.ErrDatabaseLocked) {
 			return fmt.Errorf("%s is in use (is the server running? stop it first): %w", db, err)
 		}
@@ -124,5 +147,5 @@ func dbStats(path string) (pagestore.Stats, error) {
 }
 
 func init() {
-	register(command{name: "defrag", example: "stratautl defrag --data-dir default.strata", summary: "rewrite the page store into a compact file (server stopped)", run: intCommand(runDefrag)})
+	register(command{name: "defrag", example: "stratautl defrag --data-dir default.strata", summary: "rewrite the page store into a compact file (server stopped), as etcdutl defrag", run: intCommand(runDefrag)})
 }

@@ -47,13 +47,13 @@ func TestDefragCommand(t *testing.T) {
 		}
 	}
 	// Refuses while the store is open, and says so without drawing a
-	// progress bar first.
+	// progress bar first (--timeout 1ms: defrag waits 10s by default).
 	var out, errOut bytes.Buffer
-	if code := run([]string{"defrag", "--data-dir", dir, "--no-progress"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "in use") {
+	if code := run([]string{"defrag", "--data-dir", dir, "--no-progress", "--timeout", "1ms"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "in use") {
 		t.Fatalf("defrag of an open store: exit %d, stderr %q", code, errOut.String())
 	}
 	errOut.Reset()
-	if code := run([]string{"defrag", "--data-dir", dir}, &out, &errOut); code != 1 ||
+	if code := run([]string{"defrag", "--data-dir", dir, "--timeout=1ms"}, &out, &errOut); code != 1 ||
 		!strings.HasPrefix(errOut.String(), "stratautl defrag: ") || strings.Contains(errOut.String(), "%") {
 		t.Fatalf("defrag of an open store with progress: exit %d, stderr %q (want the error alone)", code, errOut.String())
 	}

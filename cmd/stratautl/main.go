@@ -10,6 +10,9 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"time"
+
+	"github.com/strata-db/strata/tools"
 )
 
 type command struct {
@@ -19,6 +22,10 @@ type command struct {
 	// (stratautl -h, stratautl wal -h); the command's own -h has more.
 	example string
 	run     func(args []string, stdout, stderr io.Writer) error
+	// args says what the command's positional arguments are, for the
+	// shell completion: "file", "dir", a list of words ("bash zsh"), or
+	// "" for none.
+	args string
 }
 
 var commands = map[string]command{}
@@ -44,6 +51,124 @@ func intCommand(f func(args []string, stdout, stderr io.Writer) int) func([]stri
 // errUsage means the arguments were wrong; the message was printed.
 var errUsage = errors.New("usage")
 
+// Exit statuses of etcdutl (go.etcd.io/etcd/pkg/v3/cobrautl), which the
+// commands etcdutl also has use for the same failures.
+const (
+	exitError      = 1
+	exitBadFeature = 4   // a valid flag with an unsupported value (-w)
+	exitBadArgs    = 128 // arguments etcdutl's checks refuse
+)
+
+// codedError is an error printed as etcdutl prints it ("Error: ...") that
+// ends the process with a given status.
+type codedError struct {
+	code int
+	err  error
+}
+
+func (e codedError) Error() string { return e.err.Error() }
+func (e codedError) Unwrap() error { return e.err }
+
+// globalFlags are etcdutl's persistent flags, accepted before or after
+// the command on every command line.
+type globalFlags struct {
+	// format is -w/--write-out as given; "" when not given (each command
+	// then takes its default: "simple" where etcdutl has the command).
+	format string
+	// timeout is how long a command waits for the db file's lock (0:
+	// forever), etcdutl's --timeout.
+	timeout time.Duration
+	// timeoutSet is true when --timeout was given: the commands etcdutl
+	// does not have wait only then, and otherwise fail at once, as they
+	// always did.
+	timeoutSet bool
+}
+
+// defaultTimeout is etcdutl's --timeout default.
+const defaultTimeout = 10 * time.Second
+
+var global = globalFlags{timeout: defaultTimeout}
+
+// globalUsage describes the global flags in every help text.
+const globalUsage = `Global flags (before or after the command):
+  -w, --write-out FORMAT   output format: simple (default), table, json, fields or protobuf, as etcdutl's
+                           (commands etcdutl does not have take their own formats: see their help)
+  --timeout DURATION       time to wait for the lock on the db file a running server holds, 0 to wait
+                           forever (default 10s for etcdutl's commands: defrag, hashkv, migrate and
+                           snapshot status; the others fail at once unless it is given)
+`
+
+// takeGlobalFlags removes the global flags from args (up to a "--") and
+// returns the rest. Both Go's flag spellings (-w json, -write-out=json)
+// and etcdutl's (--write-out json, --timeout=5s) are accepted.
+func takeGlobalFlags(args []string, stderr io.Writer) ([]string, globalFlags, error) {
+	g := globalFlags{timeout: defaultTimeout}
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			rest = append(rest, args[i:]...)
+			break
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || (name != "w" && name != "write-out" && name != "timeout") {
+			rest = append(rest, a)
+			continue
+		}
+		if !hasValue {
+			if i+1 >= len(args) {
+				fmt.Fprintf(stderr, "stratautl: flag needs an argument: %s\n", a)
+				return nil, g, errUsage
+			}
+			i++
+			value = args[i]
+		}
+		if name == "timeout" {
+			d, err := time.ParseDuration(value)
+			if err != nil || d < 0 {
+				fmt.Fprintf(stderr, "stratautl: invalid value %q for flag --timeout: want a duration such as 10s, 1m or 0\n", value)
+				return nil, g, errUsage
+			}
+			g.timeout, g.timeoutSet = d, true
+		} else {
+			g.format = value
+		}
+	}
+	return rest, g, nil
+}
+
+// retryLocked runs fn, a command etcdutl does not have that opens a db
+// file, again while the file is locked, if --timeout was given.
+func retryLocked(path string, fn func() error) error {
+	if !global.timeoutSet {
+		return fn()
+	}
+	return tools.RetryLocked(path, global.timeout, fn)
+}
+
+// outputFormat is -w, or def when it was not given.
+func outputFormat(def string) string {
+	if global.format == "" {
+		return def
+	}
+	return global.format
+}
+
+// ownFormat is the -w of a command that etcdutl does not have, whose
+// formats are table and json: etcdutl's default name "simple" means the
+// command's table.
+func ownFormat(stderr io.Writer, name string) (string, error) {
+	switch f := outputFormat("table"); f {
+	case "table", "simple":
+		return "table", nil
+	case "json":
+		return f, nil
+	default:
+		fmt.Fprintf(stderr, "stratautl %s: -w must be table or json, not %q\n", name, f)
+		return "", errUsage
+	}
+}
+
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "Usage: stratautl COMMAND [flags]")
 	fmt.Fprintln(w)
@@ -57,6 +182,8 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-22s %s\n", n, commands[n].summary)
 	}
 	printExamples(w, names)
+	fmt.Fprintln(w)
+	fmt.Fprint(w, globalUsage)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'stratautl COMMAND -h' (or 'stratautl help COMMAND') for a command's flags and examples.")
 }
@@ -121,6 +248,11 @@ func isGroup(name string) bool {
 // run runs a command line. Help asked for (-h, --help, help [COMMAND])
 // goes to stdout with exit status 0; bad usage to stderr with status 2.
 func run(args []string, stdout, stderr io.Writer) int {
+	args, g, err := takeGlobalFlags(args, stderr)
+	if err != nil {
+		return 2
+	}
+	global = g
 	if len(args) == 0 {
 		usage(stderr)
 		return 2
@@ -164,6 +296,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if errors.As(err, &ec) {
 			return int(ec)
 		}
+		var ce codedError
+		if errors.As(err, &ce) {
+			fmt.Fprintf(stderr, "Error: %v\n", ce.err)
+			return ce.code
+		}
 		if errors.Is(err, errUsage) || errors.Is(err, flag.ErrHelp) {
 			if errors.Is(err, flag.ErrHelp) {
 				return 0
@@ -184,6 +321,8 @@ func newFlags(name, synopsis string, examples []string, stderr io.Writer) *flag.
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: stratautl %s %s\n\nFlags:\n", name, synopsis)
 		fs.PrintDefaults()
+		fmt.Fprintln(stderr)
+		fmt.Fprint(stderr, globalUsage)
 		if len(examples) > 0 {
 			fmt.Fprintln(stderr, "\nExamples:")
 			for _, e := range examples {
@@ -197,6 +336,10 @@ func newFlags(name, synopsis string, examples []string, stderr io.Writer) *flag.
 // parse parses flags and rejects stray positional arguments unless
 // allowed.
 func parse(fs *flag.FlagSet, args []string, positional int) ([]string, error) {
+	if collecting != nil {
+		*collecting = fs
+		return nil, errCollected
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
@@ -219,4 +362,20 @@ func parse(fs *flag.FlagSet, args []string, positional int) ([]string, error) {
 		return nil, errUsage
 	}
 	return pos, nil
+}
+
+// collecting, when set, makes parse (and parseUpTo) store the command's
+// flag set there and stop with errCollected instead of parsing: the
+// shell completion learns each command's flags from the command itself.
+var collecting **flag.FlagSet
+
+var errCollected = errors.New("flags collected")
+
+// flagsOf returns the flag set a command defines.
+func flagsOf(name string) *flag.FlagSet {
+	var fs *flag.FlagSet
+	collecting = &fs
+	defer func() { collecting = nil }()
+	commands[name].run(nil, io.Discard, io.Discard)
+	return fs
 }

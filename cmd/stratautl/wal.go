@@ -16,7 +16,7 @@ func init() {
 }
 
 func walDump(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("wal dump", "--dir DIR [flags]", []string{
+	fs := newFlags("wal dump", "--dir DIR [flags] [-w table|json (one object per line)]", []string{
 		"stratautl wal dump --dir default.strata",
 		"stratautl wal dump --dir default.strata/member/wal --from-index 100 --to-index 200",
 		"stratautl wal dump --dir default.strata --type entry --key-prefix /registry/pods/ -w json",
@@ -27,10 +27,14 @@ func walDump(args []string, stdout, stderr io.Writer) error {
 	fs.Uint64Var(&o.ToIndex, "to-index", 0, "last entry index to print (0: to the end)")
 	fs.StringVar(&o.Type, "type", "", "only records of this type: entry, state or snapshot")
 	fs.StringVar(&o.KeyPrefix, "key-prefix", "", "only entries that write or compare a key with this prefix")
-	fs.StringVar(&o.Format, "w", "table", "output format: table or json (one object per line)")
 	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
+	format, err := ownFormat(stderr, "wal dump")
+	if err != nil {
+		return err
+	}
+	o.Format = format
 	if o.Dir == "" {
 		fmt.Fprintln(stderr, "stratautl wal dump: --dir is required")
 		fs.Usage()
