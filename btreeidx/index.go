@@ -424,6 +424,32 @@ func (x *Index) RangeSince(key, end []byte, rev int64) []Revision {
 // above rev, and missing or revisiting them changes nothing.
 func (x *Index) Compact(rev int64) map[Revision]struct{} {
 	available := make(map[Revision]struct{})
+	x.compact(rev, available, nil)
+	return available
+}
+
+// Garbage is a revision a compaction dropped from the index: the store's
+// record of it can go. A tombstone's record key carries a mark.
+type Garbage struct {
+	Rev       Revision
+	Tombstone bool
+}
+
+// CompactGarbage is Compact for a store that deletes what the index
+// drops instead of what it keeps: it returns, in no particular order,
+// every revision the compaction dropped (all at or below rev), and builds
+// no set of what is kept, so its cost and memory follow the garbage, not
+// the live keys. Every record at or below rev that the index held is in
+// exactly one of CompactGarbage's result and Compact's.
+func (x *Index) CompactGarbage(rev int64) []Garbage {
+	var garbage []Garbage
+	x.compact(rev, nil, &garbage)
+	return garbage
+}
+
+// compact drops what a compaction at rev drops, recording what it keeps
+// in available and what it drops in garbage, each when not nil.
+func (x *Index) compact(rev int64, available map[Revision]struct{}, garbage *[]Garbage) {
 	var after []byte
 	started := false
 	batch := make([]*keyIndex, 0, compactBatch)
@@ -450,6 +476,9 @@ func (x *Index) Compact(rev int64) map[Revision]struct{} {
 		for _, ki := range batch {
 			genIdx, revIdx := ki.compactPlan(rev, available)
 			if needsCompact(genIdx, revIdx) {
+				if garbage != nil {
+					*garbage = ki.garbage(genIdx, revIdx, *garbage)
+				}
 				ki = x.mutable(ki)
 				ki.applyCompact(genIdx, revIdx)
 			}
@@ -459,7 +488,7 @@ func (x *Index) Compact(rev int64) map[Revision]struct{} {
 		}
 		x.mu.Unlock()
 		if len(batch) < compactBatch {
-			return available
+			return
 		}
 		after, started = batch[len(batch)-1].key, true
 	}

@@ -273,9 +273,30 @@ func (m *modelRun) compact(c int64) {
 		m.h.kept(k, c, false, wantKeep)
 	}
 	before := m.x.Len()
+	// CompactGarbage on a clone drops the same revisions and names each
+	// record at or below c that Compact does not keep, tombstones marked.
+	y := m.x.Clone()
+	garbage := y.CompactGarbage(c)
 	if got := m.x.Compact(c); !maps.Equal(got, want) {
 		t.Fatalf("Compact(%d) = %v; model %v", c, got, want)
 	}
+	gotGarbage := map[Revision]bool{}
+	for _, g := range garbage {
+		if _, dup := gotGarbage[g.Rev]; dup {
+			t.Fatalf("CompactGarbage(%d) names %v twice", c, g.Rev)
+		}
+		gotGarbage[g.Rev] = g.Tombstone
+	}
+	wantGarbage := map[Revision]bool{}
+	for r, e := range m.store {
+		if _, ok := want[r]; !ok && r.Main <= c {
+			wantGarbage[r] = e.del
+		}
+	}
+	if !maps.Equal(gotGarbage, wantGarbage) {
+		t.Fatalf("CompactGarbage(%d) = %v; model %v", c, gotGarbage, wantGarbage)
+	}
+	checkIndexTight(t, y, c, want)
 	if got := m.x.Keep(c); !maps.Equal(got, wantKeep) {
 		t.Fatalf("Keep(%d) = %v; model %v", c, got, wantKeep)
 	}

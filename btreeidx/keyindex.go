@@ -266,10 +266,31 @@ func (ki *keyIndex) compactPlan(atRev int64, available map[Revision]struct{}) (g
 			// tombstone, older than atRev.
 			return gi + 1, -1
 		}
-		available[g.revs[i]] = struct{}{}
+		if available != nil {
+			available[g.revs[i]] = struct{}{}
+		}
 		return gi, i
 	}
 	return 0, -1
+}
+
+// garbage appends to dst the revisions a compaction planned by
+// compactPlan drops: every revision of the generations before genIdx (the
+// last of each is its tombstone) and those before revIdx in generation
+// genIdx (never its last).
+func (ki *keyIndex) garbage(genIdx, revIdx int, dst []Garbage) []Garbage {
+	for gi := 0; gi < genIdx && gi < len(ki.generations); gi++ {
+		revs := ki.generations[gi].revs
+		for i, r := range revs {
+			dst = append(dst, Garbage{Rev: r, Tombstone: i == len(revs)-1})
+		}
+	}
+	if revIdx > 0 {
+		for _, r := range ki.generations[genIdx].revs[:revIdx] {
+			dst = append(dst, Garbage{Rev: r})
+		}
+	}
+	return dst
 }
 
 // needsCompact reports whether a compaction planned by compactPlan changes

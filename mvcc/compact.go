@@ -1,10 +1,13 @@
 package mvcc
 
 import (
+	"slices"
 	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/strata-db/strata/btreeidx"
 )
 
 // Compaction, in the order that keeps it crash-safe:
@@ -23,6 +26,18 @@ import (
 // done: a key's older records go before its tombstone, so reopening never
 // sees a deleted key come back to life. On open, a scheduled revision above
 // the finished one resumes step 2, which is idempotent.
+//
+// Which records go: those the index drops (btreeidx.CompactGarbage),
+// deleted by key in revision order, so a compaction reads no record and
+// costs what it removes, not what the store keeps. The index holds a
+// revision for every record of the key bucket (it is built from them on
+// open, and every write adds its revisions to both in one apply), so
+// what it drops is exactly every record at or below the revision that no
+// read at or after it needs. After a crash mid-compaction the index is
+// rebuilt from the records still there, so the resumed compaction's
+// garbage is exactly what is left to delete. etcd's compaction hash,
+// which covers the records kept too, comes from the record sums
+// (sums.go), not from reading the records.
 
 // The store's compactPause (--compaction-sleep-interval, 10 ms as in
 // etcd) separates delete batches so compaction never holds the write path
@@ -138,9 +153,9 @@ func (c *compactor) run() {
 	}
 }
 
-// compact runs step 2 and 3 for the job, hashing every record at or
-// below its revision on the way (etcd's compaction hash, stored when the
-// job says so). It returns false if stopped.
+// compact runs step 2 and 3 for the job, computing etcd's compaction
+// hash from the record sums (sums.go; stored when the job says so). It
+// returns false if stopped.
 func (c *compactor) compact(job compactJob) bool {
 	rev := job.rev
 	s := c.s
@@ -155,51 +170,51 @@ func (c *compactor) compact(job compactJob) bool {
 			m.DBCompactionLast.Set(float64(time.Now().Unix()))
 		}
 	}()
-	keep := s.index().Compact(rev)
+	garbage := s.index().CompactGarbage(rev)
 	if m != nil {
 		m.IndexCompactionPause.Observe(float64(time.Since(start) / time.Millisecond))
 	}
+	slices.SortFunc(garbage, func(a, b btreeidx.Garbage) int { return a.Rev.Compare(b.Rev) })
+	hash := s.sums.compact(job.prev, rev, garbage)
+	// Every record at or below the revision must be in the page store
+	// before its deletion is: a delete of a record still in memory would
+	// leave the record to be written by the next commit.
 	if err := s.be.ForceCommit(); err != nil {
 		s.log.Error("compaction: commit before deleting failed", "revision", rev, "error", err)
 	}
-	from := Revision{}
-	h := newRevHasher(job.prev, rev, keep)
-	for {
+	batch := max(s.compactBatch, 1)
+	keys := make([][]byte, 0, min(batch, len(garbage)))
+	for i := 0; i < len(garbage); i += batch {
 		select {
 		case <-c.stopc:
 			return false
 		default:
 		}
-		keys, next, more, err := c.nextBatch(from, rev, keep, h)
-		if err != nil {
-			s.log.Error("compaction: scan failed", "revision", rev, "error", err)
-			return true
+		keys = keys[:0]
+		for _, g := range garbage[i:min(i+batch, len(garbage))] {
+			keys = append(keys, revKey(g.Rev, g.Tombstone))
 		}
-		if len(keys) > 0 {
-			// The part of a batch that competes with the write path
-			// (etcd's pause: the time it holds the batch transaction).
-			bstart := time.Now()
-			w := s.be.BeginWrite()
-			for _, k := range keys {
-				w.Delete(KeyBucket, k)
-			}
-			w.End(0, 0)
-			if err := s.be.ForceCommit(); err != nil {
-				s.log.Error("compaction: commit failed", "revision", rev, "error", err)
-			}
-			deleted += len(keys)
-			if m != nil {
-				m.DBCompactionPause.Observe(float64(time.Since(bstart) / time.Millisecond))
-			}
+		// The part of a batch that competes with the write path (etcd's
+		// pause: the time it holds the batch transaction).
+		bstart := time.Now()
+		w := s.be.BeginWrite()
+		for _, k := range keys {
+			w.Delete(KeyBucket, k)
 		}
-		if !more {
-			break
+		w.End(0, 0)
+		if err := s.be.ForceCommit(); err != nil {
+			s.log.Error("compaction: commit failed", "revision", rev, "error", err)
 		}
-		from = next
-		select {
-		case <-time.After(s.compactPause):
-		case <-c.stopc:
-			return false
+		deleted += len(keys)
+		if m != nil {
+			m.DBCompactionPause.Observe(float64(time.Since(bstart) / time.Millisecond))
+		}
+		if i+batch < len(garbage) {
+			select {
+			case <-time.After(s.compactPause):
+			case <-c.stopc:
+				return false
+			}
 		}
 	}
 	w := s.be.BeginWrite()
@@ -209,7 +224,6 @@ func (c *compactor) compact(job compactJob) bool {
 		s.log.Error("compaction: commit of finished revision failed", "revision", rev, "error", err)
 	}
 	s.finishedRev.Store(rev)
-	hash := h.sum()
 	s.log.Info("finished scheduled compaction", "compact-revision", rev, "deleted-records", deleted, "hash", hash.Hash, "took", time.Since(start))
 	if job.storeHash {
 		s.hashes.store(hash)
@@ -218,35 +232,6 @@ func (c *compactor) compact(job compactJob) bool {
 		s.log.Info("previous compaction was interrupted, skip storing compaction hash value", "compact-revision", rev)
 	}
 	return true
-}
-
-// nextBatch returns up to CompactBatch record keys at or below rev that
-// keep does not hold, starting at from, in revision order. Every record it
-// passes (kept or not) goes to h, once.
-func (c *compactor) nextBatch(from Revision, rev int64, keep map[Revision]struct{}, h *revHasher) (keys [][]byte, next Revision, more bool, err error) {
-	rd, err := c.s.be.BeginRead()
-	if err != nil {
-		return nil, from, false, err
-	}
-	defer rd.Close()
-	cur := rd.kb.Cursor()
-	for k, v := cur.Seek(revKey(from, false)); k != nil; k, v = cur.Next() {
-		r, tomb, err := parseRevKey(k)
-		if err != nil {
-			return nil, from, false, err
-		}
-		if r.Main > rev {
-			return keys, from, false, nil
-		}
-		if len(keys) >= c.s.compactBatch {
-			return keys, r, true, nil
-		}
-		h.add(r, tomb, k, v)
-		if _, ok := keep[r]; !ok {
-			keys = append(keys, append([]byte(nil), k...))
-		}
-	}
-	return keys, from, false, cur.Err()
 }
 
 // Compact applies a CompactionRequest: it validates the revision, records

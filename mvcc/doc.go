@@ -59,8 +59,10 @@
 // # Compaction
 //
 // See compact.go: the compact revision is published first, the index is
-// compacted, and records are deleted in revision order in bounded batches,
-// with scheduled and finished revisions persisted so a crash resumes. A
+// compacted and hands back the records it dropped, and those are deleted
+// in revision order in bounded batches, with scheduled and finished
+// revisions persisted so a crash resumes. No record is read: etcd's
+// compaction hash comes from per-record CRCs kept in memory (sums.go). A
 // read below the compact revision fails with ErrCompacted; a read that
 // raced a compaction past its revision is re-checked at the end and fails
 // the same way.

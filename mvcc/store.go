@@ -97,6 +97,8 @@ type Store struct {
 	// is unfinished stores no hash (see compactHashes).
 	finishedRev atomic.Int64
 	hashes      compactHashes
+	// sums has every key-bucket record's CRC, for compaction hashes.
+	sums recordSums
 
 	// keyLeases remembers the lease of each live key so a put can detach
 	// the old lease. Owned by the apply goroutine.
@@ -154,12 +156,14 @@ func (s *Store) restore(idx *btreeidx.Index) (scheduled, finished int64, err err
 		}
 		cur := int64(1) // etcd starts at revision 1: the first write is 2
 		var kv mvccpb.KeyValue
+		var sums []recordSum
 		c := kb.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			rev, tomb, err := parseRevKey(k)
 			if err != nil {
 				return fmt.Errorf("%w: %v", pagestore.ErrCorrupt, err)
 			}
+			sums = append(sums, makeRecordSum(rev, tomb, k, v))
 			if err := decodeKV(v, &kv); err != nil {
 				return fmt.Errorf("%w: value of revision %v: %v", pagestore.ErrCorrupt, rev, err)
 			}
@@ -185,6 +189,7 @@ func (s *Store) restore(idx *btreeidx.Index) (scheduled, finished int64, err err
 		}
 		cur = max(cur, scheduled)
 		s.rev.Store(cur)
+		s.sums.reset(sums)
 		return nil
 	})
 	if err != nil {

@@ -194,7 +194,9 @@ func (t *txnWrite) put(key, value []byte, lease int64) int64 {
 		oldLease = s.keyLeases[string(key)]
 	}
 	kv := &mvccpb.KeyValue{Key: key, Value: value, CreateRevision: created, ModRevision: rev, Version: divergedVersion(key, ver), Lease: lease}
-	t.w.PutKeyRecord(idxRev, false, encodeKV(kv))
+	rec := encodeKV(kv)
+	t.w.PutKeyRecord(idxRev, false, rec)
+	s.sums.add(idxRev, false, rec)
 	t.changes = append(t.changes, kv)
 	t.events = append(t.events, Event{Type: mvccpb.Event_PUT, KV: kv})
 	if oldLease != lease {
@@ -227,7 +229,9 @@ func (t *txnWrite) delete(key []byte) {
 	rev := t.beginRev + 1
 	idxRev := Revision{Main: rev, Sub: int64(len(t.changes))}
 	kv := &mvccpb.KeyValue{Key: key}
-	t.w.PutKeyRecord(idxRev, true, encodeKV(kv))
+	rec := encodeKV(kv)
+	t.w.PutKeyRecord(idxRev, true, rec)
+	s.sums.add(idxRev, true, rec)
 	if err := s.index().Tombstone(key, idxRev); err != nil {
 		panic(fmt.Sprintf("mvcc: index tombstone %q at %v: %v", key, idxRev, err))
 	}
