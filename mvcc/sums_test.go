@@ -120,3 +120,23 @@ func TestRecordSumsCompact(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRecordSumsCompact: a compaction's hash and splice over a
+// million records (values of a few shapes), a thousand of them garbage.
+func BenchmarkRecordSumsCompact(b *testing.B) {
+	const n = 1_000_000
+	base := make([]recordSum, n)
+	for i := range base {
+		base[i] = recordSum{main: int64(i + 2), crc: uint32(i * 2654435761), n: uint32(200 + i%7*1000)}
+	}
+	var garbage []btreeidx.Garbage
+	for i := 0; i < n; i += n / 1000 {
+		garbage = append(garbage, btreeidx.Garbage{Rev: base[i].rev()})
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		var rs recordSums
+		rs.list = append([]recordSum(nil), base...)
+		rs.compact(1, n+1, garbage)
+	}
+}
