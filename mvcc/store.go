@@ -3,7 +3,9 @@ package mvcc
 import (
 	"errors"
 	"fmt"
+	"google.golang.org/protobuf/encoding/protowire"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -155,41 +157,56 @@ func (s *Store) restore(idx *btreeidx.Index) (scheduled, finished int64, err err
 			return err
 		}
 		cur := int64(1) // etcd starts at revision 1: the first write is 2
-		var kv mvccpb.KeyValue
-		var sums []recordSum
-		c := kb.Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			rev, tomb, err := parseRevKey(k)
-			if err != nil {
-				return fmt.Errorf("%w: %v", pagestore.ErrCorrupt, err)
-			}
-			sums = append(sums, makeRecordSum(rev, tomb, k, v))
-			if err := decodeKV(v, &kv); err != nil {
-				return fmt.Errorf("%w: value of revision %v: %v", pagestore.ErrCorrupt, rev, err)
-			}
-			if tomb {
-				if err := idx.Restore(kv.Key, rev, Revision{}, 0, true); err != nil {
-					return err
+		// Sums in chunks, joined once at the end: growing one slice to
+		// millions of entries would copy it over and over.
+		var chunks [][]recordSum
+		sums := make([]recordSum, 0, 1<<16)
+		// This goroutine reads and decodes records; another builds the
+		// index from them, in batches, so the two halves of the work
+		// overlap. Keys alias the page store's pages, which stay valid
+		// until the view ends, after the builder is done.
+		batches := make(chan []restoreRec, 4)
+		built := make(chan error, 1)
+		go func() { built <- s.restoreIndex(idx, batches) }()
+		batch := make([]restoreRec, 0, restoreBatch)
+		readErr := func() error {
+			c := kb.Cursor()
+			for k, v := c.First(); k != nil; k, v = c.Next() {
+				rev, tomb, err := parseRevKey(k)
+				if err != nil {
+					return fmt.Errorf("%w: %v", pagestore.ErrCorrupt, err)
 				}
-				delete(s.keyLeases, string(kv.Key))
-			} else {
-				if err := idx.Restore(kv.Key, rev, Revision{Main: kv.CreateRevision}, kv.Version, false); err != nil {
-					return err
+				if len(sums) == cap(sums) {
+					chunks = append(chunks, sums)
+					sums = make([]recordSum, 0, 1<<16)
 				}
-				if kv.Lease != 0 {
-					s.keyLeases[string(kv.Key)] = kv.Lease
-				} else {
-					delete(s.keyLeases, string(kv.Key))
+				sums = append(sums, makeRecordSum(rev, tomb, k, v))
+				kv, err := decodeKVMeta(v)
+				if err != nil {
+					return fmt.Errorf("%w: value of revision %v: %v", pagestore.ErrCorrupt, rev, err)
 				}
+				batch = append(batch, restoreRec{rev: rev, tomb: tomb, kvMeta: kv})
+				if len(batch) == restoreBatch {
+					batches <- batch
+					batch = make([]restoreRec, 0, restoreBatch)
+				}
+				cur = max(cur, rev.Main)
 			}
-			cur = max(cur, rev.Main)
+			return c.Err()
+		}()
+		if len(batch) > 0 {
+			batches <- batch
 		}
-		if err := c.Err(); err != nil {
+		close(batches)
+		if err := <-built; err != nil {
 			return err
+		}
+		if readErr != nil {
+			return readErr
 		}
 		cur = max(cur, scheduled)
 		s.rev.Store(cur)
-		s.sums.reset(sums)
+		s.sums.reset(slices.Concat(append(chunks, sums)...))
 		return nil
 	})
 	if err != nil {
@@ -209,6 +226,39 @@ func (s *Store) restore(idx *btreeidx.Index) (scheduled, finished int64, err err
 		}
 	}
 	return scheduled, finished, nil
+}
+
+// restoreRec is one record as restore hands it to the index builder.
+type restoreRec struct {
+	rev  Revision
+	tomb bool
+	kvMeta
+}
+
+const restoreBatch = 1024
+
+// restoreIndex adds the records of batches, in revision order, to idx
+// and s.keyLeases. After an error it still drains batches, so the reader
+// never blocks, and returns the first error.
+func (s *Store) restoreIndex(idx *btreeidx.Index, batches <-chan []restoreRec) error {
+	var err error
+	for batch := range batches {
+		for i := 0; i < len(batch) && err == nil; i++ {
+			r := &batch[i]
+			if r.tomb {
+				err = idx.Restore(r.key, r.rev, Revision{}, 0, true)
+				delete(s.keyLeases, string(r.key))
+				continue
+			}
+			err = idx.Restore(r.key, r.rev, Revision{Main: r.create}, r.version, false)
+			if r.lease != 0 {
+				s.keyLeases[string(r.key)] = r.lease
+			} else if len(s.keyLeases) > 0 {
+				delete(s.keyLeases, string(r.key))
+			}
+		}
+	}
+	return err
 }
 
 // readRevMeta reads a compaction revision from the meta bucket: -1 when
@@ -265,6 +315,51 @@ func encodeKV(kv *mvccpb.KeyValue) []byte {
 		panic(fmt.Sprintf("mvcc: marshal KeyValue: %v", err)) // cannot fail for this message
 	}
 	return b
+}
+
+// kvMeta is what opening the store needs of a record: its key (aliasing
+// the record's bytes), create revision, version and lease.
+type kvMeta struct {
+	key                    []byte
+	create, version, lease int64
+}
+
+// decodeKVMeta reads a record's kvMeta without unmarshaling (and copying)
+// the value: restore reads every record, and most of a record is its value.
+func decodeKVMeta(b []byte) (kvMeta, error) {
+	var m kvMeta
+	if len(b) == 0 || b[0] != kvTag {
+		return m, fmt.Errorf("unknown value encoding")
+	}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return m, protowire.ParseError(n)
+		}
+		b = b[n:]
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			m.key, n = protowire.ConsumeBytes(b)
+		case (num == 2 || num == 4 || num == 6) && typ == protowire.VarintType:
+			var v uint64
+			v, n = protowire.ConsumeVarint(b)
+			switch num {
+			case 2:
+				m.create = int64(v)
+			case 4:
+				m.version = int64(v)
+			default:
+				m.lease = int64(v)
+			}
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if n < 0 {
+			return m, protowire.ParseError(n)
+		}
+		b = b[n:]
+	}
+	return m, nil
 }
 
 func decodeKV(b []byte, kv *mvccpb.KeyValue) error {

@@ -1,10 +1,13 @@
 package mvcc
 
 import (
+	"bytes"
 	"hash/crc32"
 	"math/rand"
 	"slices"
 	"testing"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/strata-db/strata/btreeidx"
 )
@@ -138,5 +141,34 @@ func BenchmarkRecordSumsCompact(b *testing.B) {
 		var rs recordSums
 		rs.list = append([]recordSum(nil), base...)
 		rs.compact(1, n+1, garbage)
+	}
+}
+
+// TestDecodeKVMeta checks the restore's record decoder against protobuf's
+// on random records, and that it refuses what protobuf refuses.
+func TestDecodeKVMeta(t *testing.T) {
+	seed := testSeed(t)
+	rng := rand.New(rand.NewSource(seed))
+	for i := 0; i < 5000; i++ {
+		kv := &mvccpb.KeyValue{Key: make([]byte, 1+rng.Intn(40)), CreateRevision: rng.Int63n(1 << uint(rng.Intn(63))),
+			ModRevision: rng.Int63(), Version: rng.Int63n(1000), Lease: rng.Int63n(1 << uint(rng.Intn(63)))}
+		rng.Read(kv.Key)
+		if rng.Intn(2) == 0 {
+			kv.Value = make([]byte, rng.Intn(300))
+			rng.Read(kv.Value)
+		}
+		b := encodeKV(kv)
+		if i%3 == 0 {
+			b = b[:rng.Intn(len(b)+1)] // truncated
+		}
+		var want mvccpb.KeyValue
+		wantErr := decodeKV(b, &want)
+		got, err := decodeKVMeta(b)
+		if (err != nil) != (wantErr != nil) {
+			t.Fatalf("record %x: decodeKVMeta error %v, protobuf's %v", b, err, wantErr)
+		}
+		if err == nil && (!bytes.Equal(got.key, want.Key) || got.create != want.CreateRevision || got.version != want.Version || got.lease != want.Lease) {
+			t.Fatalf("record %x: decodeKVMeta %+v, protobuf %+v", b, got, &want)
+		}
 	}
 }
