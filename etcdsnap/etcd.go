@@ -91,6 +91,8 @@ func PlanEtcd(ctx context.Context, tx *pagestore.Tx, opts EtcdOptions) (*Etcd, e
 		case bytes.Equal(name, schema.Members), bytes.Equal(name, schema.MembersRemoved):
 		case bytes.Equal(name, schema.ConfView):
 			// Raft bookkeeping that etcd keeps in its members buckets.
+		case bytes.Equal(name, schema.RevMeta):
+			// Derived from the key bucket, which is carried over.
 		default:
 			out.Skipped = append(out.Skipped, string(name))
 		}

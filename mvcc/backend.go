@@ -100,6 +100,7 @@ type keyRec struct {
 	rev       Revision
 	tombstone bool
 	value     []byte
+	meta      []byte // the record's RevMetaBucket value
 }
 
 type bucketOp struct {
@@ -162,7 +163,7 @@ func NewBackend(db *pagestore.DB, cfg BackendConfig) (*Backend, error) {
 	b.dbp.Store(db)
 	b.state.Store(&readState{})
 	err := db.Update(func(tx *pagestore.Tx) error {
-		for _, name := range [][]byte{KeyBucket, MetaBucket} {
+		for _, name := range [][]byte{KeyBucket, MetaBucket, RevMetaBucket} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -198,6 +199,15 @@ func NewBackend(db *pagestore.DB, cfg BackendConfig) (*Backend, error) {
 // DB returns the page store.
 func (b *Backend) DB() *pagestore.DB { return b.dbp.Load() }
 
+// update runs fn in a page-store write transaction outside the batches,
+// serialized with commits. For work before any apply (opening, restoring)
+// that the batches must not interleave with.
+func (b *Backend) update(fn func(tx *pagestore.Tx) error) error {
+	b.commitMu.Lock()
+	defer b.commitMu.Unlock()
+	return b.DB().Update(fn)
+}
+
 // ConsistentIndex is the index of the last entry whose writes are in the
 // page store.
 func (b *Backend) ConsistentIndex() uint64 { return b.committedCI.Load() }
@@ -225,10 +235,11 @@ func (b *Backend) BeginWrite() *WriteTx {
 	return &WriteTx{b: b}
 }
 
-// PutKeyRecord writes a key-bucket record. Revisions must ascend.
-func (w *WriteTx) PutKeyRecord(rev Revision, tombstone bool, value []byte) {
+// PutKeyRecord writes a key-bucket record, and meta under the same key in
+// the revision metadata bucket (revmeta.go). Revisions must ascend.
+func (w *WriteTx) PutKeyRecord(rev Revision, tombstone bool, value, meta []byte) {
 	c := w.b.cur
-	c.keyRecs = append(c.keyRecs, keyRec{rev: rev, tombstone: tombstone, value: value})
+	c.keyRecs = append(c.keyRecs, keyRec{rev: rev, tombstone: tombstone, value: value, meta: meta})
 	c.bytes += int64(markedRevKeyLen + len(value))
 	w.b.pendingBytes.Add(int64(markedRevKeyLen + len(value)))
 	w.nRecs++
@@ -361,12 +372,19 @@ func (b *Backend) commit() error {
 		if err != nil {
 			return err
 		}
+		mb, err := tx.Bucket(RevMetaBucket)
+		if err != nil {
+			return err
+		}
 		buckets := map[string]*pagestore.Bucket{}
 		var kbuf []byte
 		for _, bt := range todo {
 			for _, r := range bt.keyRecs {
 				kbuf = appendRevKey(kbuf[:0], r.rev, r.tombstone)
 				if err := kb.Put(kbuf, r.value); err != nil {
+					return err
+				}
+				if err := mb.Put(kbuf, r.meta); err != nil {
 					return err
 				}
 			}

@@ -200,6 +200,7 @@ func (c *compactor) compact(job compactJob) bool {
 		w := s.be.BeginWrite()
 		for _, k := range keys {
 			w.Delete(KeyBucket, k)
+			w.Delete(RevMetaBucket, k)
 		}
 		w.End(0, 0)
 		if err := s.be.ForceCommit(); err != nil {

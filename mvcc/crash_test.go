@@ -250,6 +250,18 @@ func TestCrashChild(t *testing.T) {
 			}
 		}
 		ts.close()
+	case "revmeta":
+		// Stop for the kill after the commit the parent asked for.
+		stopAt, _ := strconv.Atoi(os.Getenv(crashChildEnv + "_STOP"))
+		revMetaBuildBatch = 50
+		revMetaBuildHook = func(records int, done bool) {
+			fmt.Printf("built %d\n", records)
+			if records >= stopAt && !done {
+				select {}
+			}
+		}
+		ts := openTestStore(t, path, StoreConfig{})
+		ts.close()
 	case "compact":
 		ts := openTestStore(t, path, StoreConfig{CompactBatch: 7})
 		_, done, err := ts.s.Compact(3001, 1, &pb.CompactionRequest{Revision: compactTarget})

@@ -13,8 +13,16 @@
 //	bucket "meta": consistent_index -> u64 BE, term -> u64 BE,
 //	               scheduledCompactRev / finishedCompactRev -> revision key
 //
+// and, Strata's own and derived from the key bucket (left out of etcd
+// snapshots, rebuilt when absent; revmeta.go):
+//
+//	bucket "strata_revmeta": each key of "key" -> crc u32 LE, record
+//	               length, create revision, version, lease (uvarints),
+//	               user key; "complete" -> 1 once it covers every record
+//
 // The in-memory index (btreeidx) maps each user key to its generations and
-// is rebuilt from the key bucket on open.
+// is rebuilt on open from the revision metadata, which is a small fraction
+// of the records' bytes.
 //
 // # Writes and the consistent index
 //

@@ -60,6 +60,8 @@ func parseRevKey(k []byte) (Revision, bool, error) {
 var (
 	KeyBucket  = schema.Key
 	MetaBucket = schema.Meta
+	// RevMetaBucket is Strata's own (revmeta.go).
+	RevMetaBucket = schema.RevMeta
 
 	metaConsistentIndex  = schema.MetaConsistentIndex
 	metaTerm             = schema.MetaTerm

@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -141,6 +142,9 @@ func OpenStore(be *Backend, cfg StoreConfig) (*Store, error) {
 // revision and compaction revision it found. Called before the store is
 // used, or by Restore (apply goroutine) with a fresh index it then swaps in.
 func (s *Store) restore(idx *btreeidx.Index) (scheduled, finished int64, err error) {
+	if err := s.buildRevMeta(); err != nil {
+		return 0, 0, err
+	}
 	err = s.be.DB().View(func(tx *pagestore.Tx) error {
 		meta, err := tx.Bucket(MetaBucket)
 		if err != nil {
@@ -152,7 +156,7 @@ func (s *Store) restore(idx *btreeidx.Index) (scheduled, finished int64, err err
 		if finished, err = readRevMeta(meta, metaFinishedCompact); err != nil {
 			return err
 		}
-		kb, err := tx.Bucket(KeyBucket)
+		mb, err := tx.Bucket(RevMetaBucket)
 		if err != nil {
 			return err
 		}
@@ -161,30 +165,34 @@ func (s *Store) restore(idx *btreeidx.Index) (scheduled, finished int64, err err
 		// millions of entries would copy it over and over.
 		var chunks [][]recordSum
 		sums := make([]recordSum, 0, 1<<16)
-		// This goroutine reads and decodes records; another builds the
-		// index from them, in batches, so the two halves of the work
-		// overlap. Keys alias the page store's pages, which stay valid
-		// until the view ends, after the builder is done.
+		// This goroutine reads the records' metadata (revmeta.go: the
+		// records themselves are not read); another builds the index
+		// from it, in batches, so the two halves of the work overlap.
+		// Keys alias the page store's pages, which stay valid until the
+		// view ends, after the builder is done.
 		batches := make(chan []restoreRec, 4)
 		built := make(chan error, 1)
 		go func() { built <- s.restoreIndex(idx, batches) }()
 		batch := make([]restoreRec, 0, restoreBatch)
 		readErr := func() error {
-			c := kb.Cursor()
+			c := mb.Cursor()
 			for k, v := c.First(); k != nil; k, v = c.Next() {
+				if bytes.Equal(k, revMetaComplete) {
+					continue
+				}
 				rev, tomb, err := parseRevKey(k)
 				if err != nil {
-					return fmt.Errorf("%w: %v", pagestore.ErrCorrupt, err)
+					return fmt.Errorf("%w: %s bucket: %v", pagestore.ErrCorrupt, RevMetaBucket, err)
+				}
+				sum, kv, err := decodeRevMeta(rev, tomb, v)
+				if err != nil {
+					return fmt.Errorf("%w: %s bucket, revision %v: %v", pagestore.ErrCorrupt, RevMetaBucket, rev, err)
 				}
 				if len(sums) == cap(sums) {
 					chunks = append(chunks, sums)
 					sums = make([]recordSum, 0, 1<<16)
 				}
-				sums = append(sums, makeRecordSum(rev, tomb, k, v))
-				kv, err := decodeKVMeta(v)
-				if err != nil {
-					return fmt.Errorf("%w: value of revision %v: %v", pagestore.ErrCorrupt, rev, err)
-				}
+				sums = append(sums, sum)
 				batch = append(batch, restoreRec{rev: rev, tomb: tomb, kvMeta: kv})
 				if len(batch) == restoreBatch {
 					batches <- batch

@@ -53,13 +53,15 @@ type recordSums struct {
 	kbuf []byte // apply goroutine's scratch key
 }
 
-// add records the sum of a record written at r: its key bytes and value
-// v, as the key bucket stores them. Revisions ascend.
-func (rs *recordSums) add(r Revision, tomb bool, v []byte) {
+// add records and returns the sum of a record written at r: its key
+// bytes and value v, as the key bucket stores them. Revisions ascend.
+func (rs *recordSums) add(r Revision, tomb bool, v []byte) recordSum {
 	rs.kbuf = appendRevKey(rs.kbuf[:0], r, tomb)
+	sum := makeRecordSum(r, tomb, rs.kbuf, v)
 	rs.mu.Lock()
-	rs.list = append(rs.list, makeRecordSum(r, tomb, rs.kbuf, v))
+	rs.list = append(rs.list, sum)
 	rs.mu.Unlock()
+	return sum
 }
 
 func makeRecordSum(r Revision, tomb bool, k, v []byte) recordSum {

@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
@@ -194,9 +195,7 @@ func (t *txnWrite) put(key, value []byte, lease int64) int64 {
 		oldLease = s.keyLeases[string(key)]
 	}
 	kv := &mvccpb.KeyValue{Key: key, Value: value, CreateRevision: created, ModRevision: rev, Version: divergedVersion(key, ver), Lease: lease}
-	rec := encodeKV(kv)
-	t.w.PutKeyRecord(idxRev, false, rec)
-	s.sums.add(idxRev, false, rec)
+	t.putRecord(idxRev, false, kv)
 	t.changes = append(t.changes, kv)
 	t.events = append(t.events, Event{Type: mvccpb.Event_PUT, KV: kv})
 	if oldLease != lease {
@@ -215,6 +214,15 @@ func (t *txnWrite) put(key, value []byte, lease int64) int64 {
 	return rev
 }
 
+// putRecord writes kv's record at rev, with its revision metadata and
+// its sum.
+func (t *txnWrite) putRecord(rev Revision, tomb bool, kv *mvccpb.KeyValue) {
+	rec := encodeKV(kv)
+	sum := t.s.sums.add(rev, tomb, rec)
+	meta := appendRevMeta(make([]byte, 0, 4+4*binary.MaxVarintLen64+len(kv.Key)), sum, kv.Key, kv.CreateRevision, kv.Version, kv.Lease)
+	t.w.PutKeyRecord(rev, tomb, rec, meta)
+}
+
 func (t *txnWrite) deleteRange(key, end []byte) int64 {
 	t.ops.deletes++
 	keys, _ := t.s.index().Range(key, end, t.readRev())
@@ -229,9 +237,7 @@ func (t *txnWrite) delete(key []byte) {
 	rev := t.beginRev + 1
 	idxRev := Revision{Main: rev, Sub: int64(len(t.changes))}
 	kv := &mvccpb.KeyValue{Key: key}
-	rec := encodeKV(kv)
-	t.w.PutKeyRecord(idxRev, true, rec)
-	s.sums.add(idxRev, true, rec)
+	t.putRecord(idxRev, true, kv)
 	if err := s.index().Tombstone(key, idxRev); err != nil {
 		panic(fmt.Sprintf("mvcc: index tombstone %q at %v: %v", key, idxRev, err))
 	}

@@ -31,6 +31,14 @@ var (
 // buckets, which a Strata state converted from etcd's starts from.
 var ConfView = []byte("strata_confview")
 
+// RevMeta is Strata's own bucket beside the key bucket: under each
+// record's key, what opening the store needs of the record without
+// reading it (the user key, create revision, version, lease, and the
+// CRC-32C and length of the record's bytes), plus a completeness marker.
+// It is derived from the key bucket (mvcc writes both in one commit and
+// rebuilds it when absent), so conversions to etcd's format leave it out.
+var RevMeta = []byte("strata_revmeta")
+
 // EtcdBuckets are the buckets etcd creates in every backend, so an etcd
 // snapshot.db always has them (even empty).
 var EtcdBuckets = [][]byte{Key, Meta, Lease, Alarm, Cluster, Members, MembersRemoved, Auth, AuthUsers, AuthRoles}

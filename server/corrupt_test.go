@@ -126,7 +126,11 @@ func httpGet(t *testing.T, url string) (int, string) {
 
 // corruptValueOffline rewrites, in a stopped member's page store, the
 // value of every stored revision of key (same revisions, other bytes): a
-// member whose state silently differs from the others'.
+// member whose state silently differs from the others'. It drops the
+// revision metadata, which is derived from the records, as an offline
+// edit of the key bucket must: the member rebuilds it from the changed
+// records on start, so its whole state, record sums included, is the
+// corrupt one.
 func corruptValueOffline(t *testing.T, dbPath, key string) {
 	t.Helper()
 	db, err := pagestore.Open(dbPath, nil)
@@ -162,7 +166,7 @@ func corruptValueOffline(t *testing.T, dbPath, key string) {
 			}
 			changed++
 		}
-		return nil
+		return tx.DeleteBucket(schema.RevMeta)
 	})
 	if err != nil || changed == 0 {
 		t.Fatalf("corrupting %s in %s: %d records changed, %v", key, dbPath, changed, err)
