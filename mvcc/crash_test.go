@@ -117,6 +117,7 @@ func TestCrashDuringApply(t *testing.T) {
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
 		check := openTestStore(t, path, StoreConfig{})
+		checkRevMeta(t, check)
 		ci := check.s.ConsistentIndex()
 		check.close()
 		if ci >= crashTotal {
@@ -124,6 +125,7 @@ func TestCrashDuringApply(t *testing.T) {
 		}
 	}
 	ts := openTestStore(t, path, StoreConfig{})
+	checkRevMeta(t, ts) // as the kills left it
 	recovered := ts.s.ConsistentIndex()
 	applyUpTo(ts.s, crashTotal)
 	<-ts.s.compactor.idle()

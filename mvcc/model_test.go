@@ -251,6 +251,7 @@ func TestModel(t *testing.T) {
 			}
 		case p < 99:
 			counts["reopen"]++
+			checkRevMeta(t, ts)
 			ts.close()
 			ts = openTestStore(t, path, StoreConfig{})
 			if ts.s.Rev() != m.rev() {

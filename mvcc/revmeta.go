@@ -191,3 +191,65 @@ func (s *Store) buildRevMeta() error {
 	s.log.Info("built the revision metadata of the key bucket", "records", records, "read-bytes", bytesRead, "took", time.Since(start))
 	return nil
 }
+
+// CheckRevMeta checks tx's revision metadata against the key bucket: if
+// the bucket is marked complete, every record must have exactly the
+// metadata a build would write, and there must be no other entry. A
+// store without complete metadata passes (it is rebuilt on open). The
+// error names the first revision that differs.
+func CheckRevMeta(tx *pagestore.Tx) error {
+	mb, err := tx.Bucket(RevMetaBucket)
+	if errors.Is(err, pagestore.ErrBucketNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if v, err := mb.Get(revMetaComplete); err != nil || v == nil {
+		return err
+	}
+	kb, err := tx.Bucket(KeyBucket)
+	if err != nil {
+		return err
+	}
+	mc := mb.Cursor()
+	nextMeta := func(k, v []byte) ([]byte, []byte) {
+		for k != nil && bytes.Equal(k, revMetaComplete) {
+			k, v = mc.Next()
+		}
+		return k, v
+	}
+	mk, mv := nextMeta(mc.First())
+	kc := kb.Cursor()
+	var want []byte
+	for k, v := kc.First(); k != nil; k, v = kc.Next() {
+		rev, tomb, err := parseRevKey(k)
+		if err != nil {
+			return fmt.Errorf("%w: %v", pagestore.ErrCorrupt, err)
+		}
+		if mk == nil || bytes.Compare(mk, k) > 0 {
+			return fmt.Errorf("%w: %s: no metadata for the record of revision %v", pagestore.ErrCorrupt, RevMetaBucket, rev)
+		}
+		if bytes.Compare(mk, k) < 0 {
+			r, _, _ := parseRevKey(mk)
+			return fmt.Errorf("%w: %s: metadata for revision %v, which has no record", pagestore.ErrCorrupt, RevMetaBucket, r)
+		}
+		kv, err := decodeKVMeta(v)
+		if err != nil {
+			return fmt.Errorf("%w: value of revision %v: %v", pagestore.ErrCorrupt, rev, err)
+		}
+		want = appendRevMeta(want[:0], makeRecordSum(rev, tomb, k, v), kv.key, kv.create, kv.version, kv.lease)
+		if !bytes.Equal(mv, want) {
+			return fmt.Errorf("%w: %s: the metadata of revision %v does not match its record", pagestore.ErrCorrupt, RevMetaBucket, rev)
+		}
+		mk, mv = nextMeta(mc.Next())
+	}
+	if err := kc.Err(); err != nil {
+		return err
+	}
+	if mk != nil {
+		r, _, _ := parseRevKey(mk)
+		return fmt.Errorf("%w: %s: metadata for revision %v, which has no record", pagestore.ErrCorrupt, RevMetaBucket, r)
+	}
+	return mc.Err()
+}

@@ -2,6 +2,8 @@ package mvcc
 
 import (
 	"bufio"
+	"bytes"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand"
@@ -137,6 +139,7 @@ func TestRevMetaBuild(t *testing.T) {
 			if got := bucketDump(t, ts, RevMetaBucket); got != wantMeta {
 				t.Fatalf("rebuilt metadata differs from the maintained one:\n%s", lineDiff(got, wantMeta))
 			}
+			checkRevMeta(t, ts)
 			if got := storeState(t, ts); got != wantState {
 				t.Fatalf("the reopened store differs:\n%s", lineDiff(got, wantState))
 			}
@@ -227,6 +230,86 @@ func viewRevMeta(t *testing.T, path string, fn func(*pagestore.Bucket) error) {
 		return fn(mb)
 	})
 	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkRevMeta fails t unless ts's metadata matches its records.
+func checkRevMeta(t *testing.T, ts *testStore) {
+	t.Helper()
+	if err := ts.be.ForceCommit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.db.View(CheckRevMeta); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCheckRevMeta: CheckRevMeta passes maintained metadata and names
+// the revision of a missing, extra or different entry.
+func TestCheckRevMeta(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	ts := openTestStore(t, path, StoreConfig{})
+	applyUpTo(ts.s, 500)
+	<-ts.s.compactor.idle()
+	checkRevMeta(t, ts)
+	ts.close()
+	first := revKey(Revision{Main: 2}, false)
+	for _, c := range []struct {
+		name string
+		edit func(mb *pagestore.Bucket) error
+		want string
+	}{
+		{"missing", func(mb *pagestore.Bucket) error {
+			k, _ := mb.Cursor().First()
+			first = bytes.Clone(k)
+			return mb.Delete(k)
+		}, "no metadata for the record"},
+		{"different", func(mb *pagestore.Bucket) error {
+			k, v := mb.Cursor().First()
+			first = bytes.Clone(k)
+			v = bytes.Clone(v)
+			v[0] ^= 1
+			return mb.Put(bytes.Clone(k), v)
+		}, "does not match its record"},
+		{"extra", func(mb *pagestore.Bucket) error {
+			first = revKey(Revision{Main: 1 << 40}, false)
+			return mb.Put(first, []byte{0, 0, 0, 0, 0, 0, 0, 0})
+		}, "which has no record"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cp := filepath.Join(t.TempDir(), "db")
+			copyFile(t, path, cp)
+			db, err := pagestore.Open(cp, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if err := db.Update(func(tx *pagestore.Tx) error {
+				mb, err := tx.Bucket(RevMetaBucket)
+				if err != nil {
+					return err
+				}
+				return c.edit(mb)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			err = db.View(CheckRevMeta)
+			r, _, _ := parseRevKey(first)
+			if err == nil || !errors.Is(err, pagestore.ErrCorrupt) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), r.String()) {
+				t.Fatalf("CheckRevMeta: %v; want ErrCorrupt naming revision %v: %q", err, r, c.want)
+			}
+		})
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 }

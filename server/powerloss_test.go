@@ -19,6 +19,8 @@ import (
 
 	"github.com/strata-db/strata/internal/poll"
 	"github.com/strata-db/strata/internal/testseed"
+	"github.com/strata-db/strata/mvcc"
+	"github.com/strata-db/strata/pagestore"
 	"github.com/strata-db/strata/raft"
 	"github.com/strata-db/strata/server/config"
 	"github.com/strata-db/strata/vfs"
@@ -523,6 +525,7 @@ func TestMemberPowerLossInCluster(t *testing.T) {
 		pc.cut(t, cycle)
 		// The victim reboots on what its disk kept, and catches up.
 		route.route(victim.dir, vfs.Default)
+		checkRevMetaAfterCut(t, victim.dir, cycle)
 		c.start(victim)
 		c.waitReady(victim)
 		rebootedMatches(t, c, victim, log, cycle, crashAt)
@@ -536,6 +539,11 @@ func TestMemberPowerLossInCluster(t *testing.T) {
 // log: every acknowledged put there, the revision never gone back.
 func rebootOneMember(t *testing.T, args []string, client string, log *ackLog, cycle int, crashAt int64) {
 	t.Helper()
+	for i := range args {
+		if args[i] == "--data-dir" && i+1 < len(args) {
+			checkRevMetaAfterCut(t, args[i+1], cycle)
+		}
+	}
 	m := startWithArgs(t, args, client)
 	defer m.stop(t)
 	rr, err := m.kv.Range(context.Background(), &pb.RangeRequest{Key: []byte("k"), RangeEnd: []byte("l")})
@@ -543,6 +551,25 @@ func rebootOneMember(t *testing.T, args []string, client string, log *ackLog, cy
 		t.Fatalf("cycle %d: range after the power loss: %v", cycle, err)
 	}
 	log.verify(t, cycle, crashAt, rr)
+}
+
+// checkRevMetaAfterCut checks, before a member restarts, that the page
+// store the cut left has revision metadata matching its records
+// (mvcc.CheckRevMeta): both are written in one commit.
+func checkRevMetaAfterCut(t *testing.T, dataDir string, cycle int) {
+	t.Helper()
+	path := filepath.Join(dataDir, "member", "snap", "db")
+	if _, err := os.Stat(path); err != nil {
+		return // the cut came before the page store was created
+	}
+	db, err := pagestore.Open(path, nil)
+	if err != nil {
+		t.Fatalf("cycle %d: opening the page store the cut left: %v", cycle, err)
+	}
+	defer db.Close()
+	if err := db.View(mvcc.CheckRevMeta); err != nil {
+		t.Fatalf("cycle %d: the page store the cut left: %v", cycle, err)
+	}
 }
 
 // rebootedMatches checks a cluster member that rebooted after its power
@@ -704,6 +731,7 @@ func TestPowerLossDuringSnapshotInstall(t *testing.T) {
 		_ = vs.Stop()
 		pc.cut(t, cycle)
 		route.route(victim.dir, vfs.Default)
+		checkRevMetaAfterCut(t, victim.dir, cycle)
 		c.start(victim)
 		c.waitReady(victim)
 		rebootedMatches(t, c, victim, log, cycle, pc.at.Load())

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/strata-db/strata/mvcc"
 	"github.com/strata-db/strata/pagestore"
 	"github.com/strata-db/strata/progress"
 )
@@ -56,6 +57,22 @@ func DBCheck(target string, o DBCheckOptions) (*pagestore.CheckReport, error) {
 				"pages a running member reuses could change under the check and be reported as corrupt", err)
 		}
 		return nil, err
+	}
+	if rep.OK() {
+		// The pages are sound: check what Strata derives from the
+		// records too (the revision metadata, which a member trusts on
+		// open instead of reading the records).
+		db, err := pagestore.Open(path, &pagestore.Options{ReadOnly: true})
+		if err != nil {
+			return nil, err
+		}
+		err = db.View(mvcc.CheckRevMeta)
+		db.Close()
+		if errors.Is(err, pagestore.ErrCorrupt) {
+			rep.Problems = append(rep.Problems, pagestore.Problem{Page: -1, Offset: -1, What: err.Error()})
+		} else if err != nil {
+			return nil, err
+		}
 	}
 	return rep, nil
 }

@@ -3,12 +3,17 @@ package tools
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/strata-db/strata/mvcc"
 	"github.com/strata-db/strata/pagestore"
+	"github.com/strata-db/strata/schema"
 )
 
 func TestDBCheckDataDirProgressAndLock(t *testing.T) {
@@ -53,5 +58,61 @@ func TestDBCheckDataDirProgressAndLock(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("summary lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestDBCheckRevMeta: a check of sound pages also checks the revision
+// metadata against the records, and reports a record changed behind it
+// (an offline edit that left the metadata as it was) with its revision.
+func TestDBCheckRevMeta(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	db, err := pagestore.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err := mvcc.NewBackend(db, mvcc.BackendConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := mvcc.OpenStore(be, mvcc.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 100; i++ {
+		if _, err := s.Put(uint64(i+1), 1, &pb.PutRequest{Key: fmt.Appendf(nil, "k%d", i%10), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	be.Close()
+	db.Close()
+	if rep, err := DBCheck(path, DBCheckOptions{}); err != nil || !rep.OK() {
+		t.Fatalf("check of a sound store: %v %v", err, rep.Err())
+	}
+
+	db, err = pagestore.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *pagestore.Tx) error {
+		kb, err := tx.Bucket(schema.Key)
+		if err != nil {
+			return err
+		}
+		k, v := kb.Cursor().First()
+		return kb.Put(bytes.Clone(k), append(bytes.Clone(v), 0x2a, 0)) // a second, empty value field: still a valid KeyValue
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := DBCheck(path, DBCheckOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	WriteDBCheckReport(&out, rep)
+	if rep.OK() || !strings.Contains(out.String(), "strata_revmeta: the metadata of revision 2.0 does not match its record") {
+		t.Fatalf("check of a record changed behind its metadata:\n%s", out.String())
 	}
 }
