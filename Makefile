@@ -9,7 +9,7 @@ DATA_DIR ?= default.strata
 # Fuzz time per target inside `make test`; `make fuzz-long` runs longer.
 FUZZTIME ?= 10s
 
-.PHONY: all build run test unit fuzz fuzz-long bench bench-engine bench-readpath bench-compare bench-stratabench vet fmt-check clean e2e e2e-bin disk-check disk-check-short
+.PHONY: all build run test unit fuzz fuzz-long bench bench-engine bench-readpath bench-compare bench-stratabench bench-scale vet fmt-check clean e2e e2e-bin disk-check disk-check-short
 
 .PHONY: etcd-src testguard testguard-test fulldisk fulldisk-long robustness slow-follower etcd-e2e etcd-e2e-short linearizability linearizability-long scale-long powerloss-long proxy-diff k8s-chart k8s monitoring migrate-long range-stream-memory lease-checkpoint-long
 
@@ -107,7 +107,7 @@ e2e-bin:
 # mode, 2 histories × 300 operations). The tests run in E2E_SHARDS
 # (default 2) processes at once (e2e/shards.sh says why and how);
 # E2E_SCENARIOS=kv|watch runs only those scenarios of TestDiff.
-E2E_SHOW = '^(=== RUN|--- |    --- )|steps,|FULL-DISK|SLOW-FOLLOWER|PARTITION |^LIN |^WATCH |SRV: |GATEWAY |GRPC-PROXY: |PROXY-DIFF |MIXIN: |DASHBOARD: |BACKUP: |^SCALE|RESTORE-GROW|STATEFULSET: |MIXED: |^MIGRATE|RANGESTREAM-MEMORY'
+E2E_SHOW = '^(=== RUN|--- |    --- )|steps,|FULL-DISK|SLOW-FOLLOWER|PARTITION |^LIN |^WATCH |SRV: |GATEWAY |GRPC-PROXY: |PROXY-DIFF |MIXIN: |DASHBOARD: |BACKUP: |^SCALE|RESTORE-GROW|STATEFULSET: |MIXED: |^MIGRATE|RANGESTREAM-MEMORY|: SCALE (\| |table)'
 e2e: build e2e-bin testguard
 ifneq ($(E2E_SCENARIOS),)
 	cd e2e && $(GO) vet ./... && set -o pipefail && \
@@ -304,6 +304,29 @@ bench-engine:
 NODES ?= 1
 bench-compare: build e2e-bin
 	NODES=$(NODES) bash bench/compare.sh
+
+# The scale benchmark (e2e TestBenchScale, bench/SCALE.md): the same
+# Kubernetes-shaped data set of SCALE_MB MiB (default 10 GiB) loaded into
+# etcd 3.7.3 and into bin/strata one after the other, then the same rows
+# on each (load, footprint, cold restarts, compaction and defrag under
+# puts, unary and streamed lists, a paginated walk, count-only and
+# keys-only, memory, a 4th member joining a loaded 3-member cluster,
+# 10,000 watchers), printed as one table of both figures, their ratio
+# and the goal, and written as markdown to STRATA_SCALE_OUT. Progress
+# lines (SCALE ...) while it runs. The data dirs go under
+# STRATA_SCALE_DIR (default tmp/bench-scale in this checkout, not /tmp,
+# which may be tmpfs) and are removed as each phase ends.
+# STRATA_SCALE_ROWS=3,7 runs some rows, STRATA_SCALE_CLUSTER=0 skips the
+# cluster row, STRATA_SCALE_DATA_SEED replays a data set. make test runs
+# the short mode (200 MiB), which never fails on a goal.
+SCALE_MB ?= 10240
+STRATA_SCALE_OUT ?= tmp/bench-scale-$(SCALE_MB)MB.md
+STRATA_SCALE_DIR ?= tmp/bench-scale
+bench-scale: build e2e-bin
+	@mkdir -p $(abspath $(STRATA_SCALE_DIR))
+	cd e2e && STRATA_SCALE_MB=$(SCALE_MB) STRATA_SCALE_CMD='make bench-scale SCALE_MB=$(SCALE_MB)' \
+		STRATA_SCALE_OUT=$(abspath $(STRATA_SCALE_OUT)) STRATA_SCALE_DIR=$(abspath $(STRATA_SCALE_DIR)) STRATA_E2E_TARGET=$(CURDIR)/bin/strata \
+		$(GO) test -count=1 -timeout 600m -run '^TestBenchScale$$' -v .
 
 # stratabench and etcd's benchmark tool against one strata server, req/s
 # side by side (a timing ratio, so a benchmark and not part of make test).
