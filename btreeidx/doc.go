@@ -42,6 +42,28 @@
 // end of "\x00" (or empty and non-nil) is every key >= key, and otherwise the
 // range is [key, end).
 //
+// # Base
+//
+// An Index may rest on a Base (base.go): a read-only, mapped file holding
+// every key's history as of one revision, so that a store need neither
+// hold all its keys in memory nor rebuild them from its records when it
+// opens. The tree then holds only what changed since the base was
+// written; a tree entry for a key hides the base's, and a "gone" entry
+// says the key's history was compacted away. A read looks in the tree,
+// then in the base; a write reads the base's entry into the tree first.
+//
+// A compaction must not walk the base's keys, or its cost would follow
+// the live data again. The base carries a schedule: for each revision it
+// holds, the compaction revision at and above which that revision is
+// garbage. A compaction reads in only the keys scheduled to lose
+// something in (last compaction, rev], then walks the tree.
+//
+// A new base is written from a Clone (WriteBase) while writes go on, then
+// swapped in with ReplaceBase, which drops from the tree the entries that
+// have not changed since the Clone. Which file goes with which store is
+// the caller's business: WriteBase records a token the caller chooses and
+// Base.Token hands it back.
+//
 // Concurrency is documented on Index: writes from one apply goroutine in
 // revision order, reads from anywhere, and Clone for long reads.
 package btreeidx

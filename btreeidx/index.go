@@ -2,6 +2,7 @@ package btreeidx
 
 import (
 	"bytes"
+	"encoding/binary"
 	"slices"
 	"sync"
 )
@@ -43,11 +44,25 @@ type Index struct {
 	// under mu; Compact never does (it keeps the generation live at the
 	// compacted revision and only drops keys that are already deleted).
 	live int
+	// base, if set, holds every key the tree does not (base.go): the
+	// tree is then what changed since the base was written. A tree
+	// entry hides the base's entry for its key; a gone entry hides it
+	// and says the key has no history left.
+	base *Base
+	// compacted is the revision of the last compaction (-1: none).
+	// Entries read from the base are compacted at it.
+	compacted int64
 }
 
 // NewIndex returns an empty index.
 func NewIndex() *Index {
-	return &Index{tree: New(compareKeyIndex), owner: newOwner()}
+	return &Index{tree: New(compareKeyIndex), owner: newOwner(), compacted: -1}
+}
+
+// NewIndexWithBase returns an index holding what b holds, with nothing
+// in memory: it reads keys from b until writes change them.
+func NewIndexWithBase(b *Base) *Index {
+	return &Index{tree: New(compareKeyIndex), owner: newOwner(), base: b, live: int(b.live), compacted: b.compactRev}
 }
 
 // Clone returns an independent snapshot of the index in O(1). Writes to
@@ -55,17 +70,37 @@ func NewIndex() *Index {
 func (x *Index) Clone() *Index {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	c := &Index{tree: x.tree.Clone(), owner: newOwner(), live: x.live}
+	c := &Index{tree: x.tree.Clone(), owner: newOwner(), live: x.live, base: x.base, compacted: x.compacted}
 	x.owner = newOwner()
 	return c
 }
 
+// Base returns the index's base, or nil.
+func (x *Index) Base() *Base {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.base
+}
+
+// compactedRev is the last compaction's revision (-1: none).
+func (x *Index) compactedRev() int64 {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.compacted
+}
+
 // Len returns the number of keys in the index, including deleted keys whose
-// history a compaction has not yet dropped.
+// history a compaction has not yet dropped. With a base it walks every
+// key.
 func (x *Index) Len() int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	return x.tree.Len()
+	if x.base == nil {
+		return x.tree.Len()
+	}
+	n := 0
+	x.visitAll(func(*keyIndex) bool { n++; return true })
+	return n
 }
 
 // Live returns the number of keys that exist now, not counting deleted
@@ -80,8 +115,46 @@ func (x *Index) Live() int {
 // lookup returns the entry for key. The probe closure does not escape, so a
 // lookup does not allocate.
 func (x *Index) lookup(key []byte) (*keyIndex, bool) {
+	ki, ok, _ := x.find(key)
+	return ki, ok
+}
+
+// find returns the entry for key (from the tree, or a new one read from
+// the base, which no Index owns), and whether the base holds the key
+// (so that a new tree entry for it hides the base's). The caller holds
+// mu.
+func (x *Index) find(key []byte) (ki *keyIndex, found, inBase bool) {
 	p := keyPrefix(key)
-	return x.tree.GetFunc(func(ki *keyIndex) int { return compareKey(ki, p, key) })
+	if ki, ok := x.tree.GetFunc(func(ki *keyIndex) int { return compareKey(ki, p, key) }); ok {
+		if ki.gone {
+			return nil, false, true
+		}
+		return ki, true, ki.inBase
+	}
+	if x.base == nil {
+		return nil, false, false
+	}
+	ki, ok := x.base.get(key)
+	if !ok {
+		return nil, false, false
+	}
+	x.fromBase(ki)
+	if ki.isEmpty() {
+		return nil, false, true
+	}
+	return ki, true, true
+}
+
+// fromBase prepares an entry just read from the base: compacted at the
+// index's last compaction (which the base may predate), marked as hiding
+// the base's.
+func (x *Index) fromBase(ki *keyIndex) {
+	ki.inBase = true
+	if x.compacted > x.base.compactRev {
+		if genIdx, revIdx := ki.compactPlan(x.compacted, nil); needsCompact(genIdx, revIdx) {
+			ki.applyCompact(genIdx, revIdx)
+		}
+	}
 }
 
 // mutable returns ki if x owns it, else a copy that x owns and has put in
@@ -101,53 +174,99 @@ func (x *Index) mutable(ki *keyIndex) *keyIndex {
 func (x *Index) Put(key []byte, rev Revision) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	ki, ok := x.lookup(key)
-	return x.putLocked(key, ki, ok, rev)
+	ki, ok, inBase := x.find(key)
+	_, err := x.putLocked(key, ki, ok, inBase, rev, 0)
+	return err
 }
 
-// PutPrior is Get(key, rev.Main) followed by Put(key, rev), with one
-// lookup of key instead of two: it returns the created revision and the
-// version that Get would have returned just before the put (ok false
-// where Get would have failed: no such key, or deleted), which is what a
-// put needs to build its record.
-func (x *Index) PutPrior(key []byte, rev Revision) (created Revision, ver int64, ok bool, err error) {
+// PutPrior is Get(key, rev.Main) followed by a put of key at rev with
+// lease (0: none), with one lookup: the store's put needs the key's
+// previous create revision and version, and its previous lease (prevLease,
+// 0 when it had none or did not exist).
+func (x *Index) PutPrior(key []byte, rev Revision, lease int64) (created Revision, ver, prevLease int64, ok bool, err error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	ki, found := x.lookup(key)
+	ki, found, inBase := x.find(key)
 	if found {
 		if _, c, v, gerr := ki.get(rev.Main); gerr == nil {
 			created, ver, ok = c, v, true
 		}
 	}
-	if err := x.putLocked(key, ki, found, rev); err != nil {
-		return Revision{}, 0, false, err
+	prevLease, err = x.putLocked(key, ki, found, inBase, rev, lease)
+	if err != nil {
+		return Revision{}, 0, 0, false, err
 	}
-	return created, ver, ok, nil
+	return created, ver, prevLease, ok, nil
 }
 
-// putLocked is Put once key has been looked up (ki, found). The caller
+// putLocked is the put once key has been looked up (find). The caller
 // holds mu for writing.
-func (x *Index) putLocked(key []byte, ki *keyIndex, found bool, rev Revision) error {
+func (x *Index) putLocked(key []byte, ki *keyIndex, found, inBase bool, rev Revision, lease int64) (prevLease int64, err error) {
 	if !found {
 		ki = newKeyIndex(key, x.owner)
+		ki.inBase = inBase
 		if err := ki.put(rev); err != nil {
-			return err
+			return 0, err
 		}
+		ki.lease = lease
 		x.tree.ReplaceOrInsert(ki)
 		x.live++
-		return nil
+		return 0, nil
 	}
 	if !rev.GreaterThan(ki.modified) {
-		return ErrStaleRevision
+		return 0, ErrStaleRevision
 	}
 	wasLive := ki.live()
-	if err := x.mutable(ki).put(rev); err != nil {
-		return err
+	if wasLive {
+		prevLease = ki.lease
 	}
+	m := x.mutable(ki)
+	if err := m.put(rev); err != nil {
+		return 0, err
+	}
+	m.lease = lease
 	if !wasLive {
 		x.live++
 	}
-	return nil
+	return prevLease, nil
+}
+
+// Lease returns the lease of key's last put if key exists, else 0.
+func (x *Index) Lease(key []byte) int64 {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if ki, ok := x.lookup(key); ok && ki.live() {
+		return ki.lease
+	}
+	return 0
+}
+
+// LeasedKeys calls fn for every existing key with a lease, until fn
+// returns false. The key belongs to the index.
+func (x *Index) LeasedKeys(fn func(key []byte, lease int64) bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	stop := false
+	x.tree.Ascend(func(ki *keyIndex) bool {
+		if !ki.gone && ki.live() && ki.lease != 0 {
+			stop = !fn(ki.key, ki.lease)
+		}
+		return !stop
+	})
+	if stop || x.base == nil {
+		return
+	}
+	it := x.base.leases.iter()
+	for ok := it.first(); ok; ok = it.next() {
+		key := it.key[8:]
+		p := keyPrefix(key)
+		if _, inTree := x.tree.GetFunc(func(ki *keyIndex) int { return compareKey(ki, p, key) }); inTree {
+			continue // the tree's entry says (above)
+		}
+		if !fn(bytes.Clone(key), int64(binary.BigEndian.Uint64(it.key))) {
+			return
+		}
+	}
 }
 
 // Tombstone records a delete of key at rev. It fails with
@@ -162,9 +281,11 @@ func (x *Index) Tombstone(key []byte, rev Revision) error {
 	if !rev.GreaterThan(ki.modified) {
 		return ErrStaleRevision
 	}
-	if err := x.mutable(ki).tombstone(rev); err != nil {
+	m := x.mutable(ki)
+	if err := m.tombstone(rev); err != nil {
 		return err
 	}
+	m.lease = 0
 	x.live--
 	return nil
 }
@@ -176,16 +297,18 @@ func (x *Index) Tombstone(key []byte, rev Revision) error {
 // record's create_revision and version; for a tombstone they are ignored.
 // Later records of the key are applied as Put and Tombstone; a tombstone of a
 // key that is not live returns ErrRevisionNotFound and changes nothing.
-func (x *Index) Restore(key []byte, rev, created Revision, ver int64, tombstone bool) error {
+func (x *Index) Restore(key []byte, rev, created Revision, ver, lease int64, tombstone bool) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	ki, ok := x.lookup(key)
+	ki, ok, inBase := x.find(key)
 	if !ok {
 		ki = newKeyIndex(key, x.owner)
+		ki.inBase = inBase
 		if tombstone {
 			ki.restoreTombstone(rev)
 		} else {
 			ki.restore(created, rev, ver)
+			ki.lease = lease
 			x.live++
 		}
 		x.tree.ReplaceOrInsert(ki)
@@ -202,8 +325,10 @@ func (x *Index) Restore(key []byte, rev, created Revision, ver int64, tombstone 
 	var err error
 	if tombstone {
 		err = m.tombstone(rev)
+		m.lease = 0
 	} else {
 		err = m.put(rev)
+		m.lease = lease
 	}
 	if err == nil && wasLive != m.live() {
 		if wasLive {
@@ -235,8 +360,9 @@ func isFromKey(end []byte) bool {
 }
 
 // visit calls fn on the entries with key in [key, end) in order, until fn
-// returns false. end follows etcd's range_end conventions except nil, which
-// the callers handle as a single-key lookup. The caller holds mu.
+// returns false: the tree's, and the base's that the tree does not hide.
+// end follows etcd's range_end conventions except nil, which the callers
+// handle as a single-key lookup. The caller holds mu.
 func (x *Index) visit(key, end []byte, fn func(*keyIndex) bool) {
 	bounded := !isFromKey(end)
 	if bounded && bytes.Compare(key, end) >= 0 {
@@ -245,16 +371,53 @@ func (x *Index) visit(key, end []byte, fn func(*keyIndex) bool) {
 	var it Iter[*keyIndex]
 	it.reset(x.tree)
 	p := keyPrefix(key)
-	for ok := it.SeekGEFunc(func(ki *keyIndex) int { return compareKey(ki, p, key) }); ok; ok = it.Next() {
-		ki := it.Item()
-		if bounded && bytes.Compare(ki.key, end) >= 0 {
+	memOK := it.SeekGEFunc(func(ki *keyIndex) int { return compareKey(ki, p, key) })
+	var bit *tableIter
+	baseOK := false
+	if x.base != nil {
+		bit = x.base.entries.iter()
+		baseOK = bit.seekGE(key)
+	}
+	for {
+		var mk *keyIndex
+		if memOK {
+			mk = it.Item()
+			if bounded && bytes.Compare(mk.key, end) >= 0 {
+				memOK = false
+			}
+		}
+		if baseOK && bounded && bytes.Compare(bit.key, end) >= 0 {
+			baseOK = false
+		}
+		var ki *keyIndex
+		switch {
+		case !memOK && !baseOK:
 			return
+		case baseOK && (!memOK || bytes.Compare(bit.key, mk.key) < 0):
+			ki = x.base.decode(bit.key, bit.value)
+			baseOK = bit.next()
+			x.fromBase(ki)
+			if ki.isEmpty() {
+				continue
+			}
+		default:
+			if baseOK && bytes.Equal(bit.key, mk.key) {
+				baseOK = bit.next() // hidden by the tree's entry
+			}
+			ki = mk
+			memOK = it.Next()
+			if ki.gone {
+				continue
+			}
 		}
 		if !fn(ki) {
 			return
 		}
 	}
 }
+
+// visitAll is visit over every key.
+func (x *Index) visitAll(fn func(*keyIndex) bool) { x.visit(nil, []byte{0}, fn) }
 
 // Range returns the keys in [key, end) that exist at atRev, in key order,
 // with the mod revision each has at atRev. end nil means key alone; end
@@ -449,7 +612,22 @@ func (x *Index) CompactGarbage(rev int64) []Garbage {
 
 // compact drops what a compaction at rev drops, recording what it keeps
 // in available and what it drops in garbage, each when not nil.
+//
+// With a base, the base's schedule names the revisions that become
+// garbage at compactions in (last compaction, rev]; their keys are first
+// read into the tree (where the walk below compacts them), so the work
+// follows the garbage, not the base's keys. Every base key with garbage
+// at or below rev is then in the tree: one with garbage at or below the
+// last compaction was read in by that compaction, one written since was
+// read in by the write. So a key a write reads in while this compaction
+// runs has no garbage at or below rev, and the walk may miss it.
 func (x *Index) compact(rev int64, available map[Revision]struct{}, garbage *[]Garbage) {
+	x.mu.RLock()
+	prev, base := x.compacted, x.base
+	x.mu.RUnlock()
+	if base != nil && rev > prev {
+		x.readInScheduled(base, max(prev, base.compactRev), rev)
+	}
 	var after []byte
 	started := false
 	batch := make([]*keyIndex, 0, compactBatch)
@@ -474,6 +652,9 @@ func (x *Index) compact(rev int64, available map[Revision]struct{}, garbage *[]G
 		}
 		// The iterator is done before the tree changes below.
 		for _, ki := range batch {
+			if ki.gone {
+				continue
+			}
 			genIdx, revIdx := ki.compactPlan(rev, available)
 			if needsCompact(genIdx, revIdx) {
 				if garbage != nil {
@@ -483,15 +664,68 @@ func (x *Index) compact(rev int64, available map[Revision]struct{}, garbage *[]G
 				ki.applyCompact(genIdx, revIdx)
 			}
 			if ki.isEmpty() {
-				x.tree.Delete(ki)
+				if ki.inBase {
+					x.tree.ReplaceOrInsert(&keyIndex{prefix: ki.prefix, key: ki.key, owner: x.owner, inBase: true, gone: true})
+				} else {
+					x.tree.Delete(ki)
+				}
 			}
 		}
 		x.mu.Unlock()
 		if len(batch) < compactBatch {
-			return
+			break
 		}
 		after, started = batch[len(batch)-1].key, true
 	}
+	x.mu.Lock()
+	x.compacted = max(x.compacted, rev)
+	if available != nil && x.base != nil {
+		// The base's keys that stayed out of the tree keep what they
+		// have at or below rev.
+		x.visitAll(func(ki *keyIndex) bool {
+			ki.compactPlan(rev, available) // again for the tree's: no change
+			return true
+		})
+	}
+	x.mu.Unlock()
+}
+
+// readInScheduled reads into the tree, a batch of keys per hold of the
+// write lock, the base's keys with a revision that becomes garbage at a
+// compaction in (after, upTo].
+func (x *Index) readInScheduled(b *Base, after, upTo int64) {
+	var keys [][]byte
+	flush := func() {
+		x.mu.Lock()
+		for _, key := range keys {
+			p := keyPrefix(key)
+			if _, ok := x.tree.GetFunc(func(ki *keyIndex) int { return compareKey(ki, p, key) }); ok {
+				continue
+			}
+			ki, ok := b.get(key)
+			if !ok {
+				continue
+			}
+			x.fromBase(ki)
+			ki.owner = x.owner
+			if ki.isEmpty() {
+				ki.gone, ki.generations = true, nil
+			}
+			x.tree.ReplaceOrInsert(ki)
+		}
+		x.mu.Unlock()
+		keys = keys[:0]
+	}
+	b.garbageBetween(after, upTo, func(_ Garbage, key []byte) {
+		if len(keys) > 0 && bytes.Equal(keys[len(keys)-1], key) {
+			return
+		}
+		keys = append(keys, bytes.Clone(key))
+		if len(keys) == compactBatch {
+			flush()
+		}
+	})
+	flush()
 }
 
 // Keep returns the revisions a compaction at rev would keep, less kept
@@ -501,9 +735,48 @@ func (x *Index) Keep(rev int64) map[Revision]struct{} {
 	available := make(map[Revision]struct{})
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	x.tree.Ascend(func(ki *keyIndex) bool {
+	x.visitAll(func(ki *keyIndex) bool {
 		ki.keep(rev, available)
 		return true
 	})
 	return available
+}
+
+// ReplaceBase makes b, written from snap (a Clone of x taken when b's
+// revision was x's last), x's base, and drops from x's tree every entry
+// that has not changed since snap was taken: b holds it now. Entries that
+// changed since stay and hide b's. The drop goes a batch at a time, each
+// under the write lock; until an entry is dropped it hides an identical
+// one in b.
+func (x *Index) ReplaceBase(b *Base, snap *Index) {
+	x.mu.Lock()
+	x.base = b
+	x.mu.Unlock()
+	var batch []*keyIndex
+	drop := func() {
+		x.mu.Lock()
+		for _, ki := range batch {
+			cur, ok := x.tree.Get(ki)
+			switch {
+			case !ok:
+			case cur == ki:
+				x.tree.Delete(ki)
+			case !ki.gone && !cur.inBase:
+				// b holds the key as snap saw it: the tree's newer
+				// entry now hides b's, and if a compaction empties it,
+				// a gone entry must keep hiding it.
+				x.mutable(cur).inBase = true
+			}
+		}
+		x.mu.Unlock()
+		batch = batch[:0]
+	}
+	snap.tree.Ascend(func(ki *keyIndex) bool {
+		batch = append(batch, ki)
+		if len(batch) == compactBatch {
+			drop()
+		}
+		return true
+	})
+	drop()
 }

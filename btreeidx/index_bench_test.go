@@ -120,7 +120,7 @@ func BenchmarkIndexShortKeys(b *testing.B) {
 	b.Run("put", func(b *testing.B) {
 		for i := 0; b.Loop(); i++ {
 			rev++
-			if _, _, _, err := x.PutPrior(keys[(i*31)%nkeys], r(rev)); err != nil {
+			if _, _, _, _, err := x.PutPrior(keys[(i*31)%nkeys], r(rev), 0); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -2,14 +2,19 @@ package btreeidx
 
 import (
 	"fmt"
+	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
+
+	"github.com/strata-db/strata/vfs"
 )
 
-// TestIndexConcurrent runs one writer (puts, deletes, compactions) against
-// readers of the live index and of clones. Its assertions are light; its
-// point is to run under -race, where any access outside the documented
-// protocol is reported.
+// TestIndexConcurrent runs one writer (puts, deletes) and one maintainer
+// (compactions, and bases written from clones and swapped in, one after
+// the other as the store runs them) against readers of the live index and
+// of clones. Its assertions are light; its point is to run under -race,
+// where any access outside the documented protocol is reported.
 func TestIndexConcurrent(t *testing.T) {
 	x := NewIndex()
 	const keys, revs = 64, 3000
@@ -20,6 +25,7 @@ func TestIndexConcurrent(t *testing.T) {
 		}
 	}
 	base := int64(keys)
+	var applied atomic.Int64
 	var wg sync.WaitGroup
 	done := make(chan struct{})
 	wg.Add(1)
@@ -34,9 +40,38 @@ func TestIndexConcurrent(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			if rev%500 == 0 {
-				x.Compact(rev - 100)
+			applied.Store(rev)
+		}
+	}()
+	wg.Add(1)
+	go func() { // the compactor goroutine
+		defer wg.Done()
+		dir := t.TempDir()
+		last := int64(0)
+		for n := 0; ; n++ {
+			select {
+			case <-done:
+				return
+			default:
 			}
+			rev := applied.Load()
+			if rev-100 <= last {
+				continue
+			}
+			last = rev - 100
+			x.CompactGarbage(last)
+			snap := x.Clone()
+			path := filepath.Join(dir, fmt.Sprint("base-", n))
+			if err := WriteBase(vfs.Default, path, snap, applied.Load(), [16]byte{}); err != nil {
+				t.Error(err)
+				return
+			}
+			b, err := OpenBase(vfs.Default, path)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			x.ReplaceBase(b, snap)
 		}
 	}()
 	for g := range 2 {

@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"sort"
 	"testing"
+
+	"github.com/strata-db/strata/vfs"
 )
 
 // histEvent is one change in the naive model: a put or a delete of a key.
@@ -122,6 +125,14 @@ type modelRun struct {
 	snaps          []snapshot
 
 	compactions, dropped, forks int
+	// leases is each existing key's lease (the model of Index.Lease).
+	leases map[string]int64
+	// bases counts the bases written (checkpoint), swapped in live and
+	// opened as a new index.
+	bases, swapped, reopened int
+	// checkpointing: a checkpoint is between its Clone and its swap
+	// (one at a time, as the store runs them).
+	checkpointing bool
 }
 
 // snapshot is an Index.Clone kept read-only, with the revisions at which it
@@ -148,15 +159,18 @@ type snapshot struct {
 func TestIndexModel(t *testing.T) {
 	m := &modelRun{
 		t: t, rng: testRand(t), x: NewIndex(), h: newHistory(),
-		store: make(map[Revision]histEvent), cur: 1, delPct: 3,
+		store: make(map[Revision]histEvent), cur: 1, delPct: 3, leases: map[string]int64{},
 	}
 	const revisions = 30_000
 	for m.cur < revisions {
 		m.step(true)
 	}
 	m.checkRestore()
-	t.Logf("%d revisions, %d changes, %d compactions, %d keys dropped by compaction, %d forks, %d keys left after compaction at %d",
-		m.cur, len(m.h.events), m.compactions, m.dropped, m.forks, m.x.Len(), m.compacted)
+	if m.bases == 0 || m.swapped == 0 || m.reopened == 0 {
+		t.Fatalf("%d bases written, %d swapped in, %d reopened: the run exercised too little", m.bases, m.swapped, m.reopened)
+	}
+	t.Logf("%d revisions, %d changes, %d compactions, %d keys dropped by compaction, %d forks, %d bases (%d swapped in live, %d reopened), %d keys left after compaction at %d",
+		m.cur, len(m.h.events), m.compactions, m.dropped, m.forks, m.bases, m.swapped, m.reopened, m.x.Len(), m.compacted)
 }
 
 // step writes one transaction and then, at random, compacts, takes a
@@ -194,19 +208,28 @@ func (m *modelRun) step(mayFork bool) {
 			if err != nil {
 				t.Fatalf("Tombstone(%s, %v): %v", k, e.rev, err)
 			}
+			delete(m.leases, k)
 		} else if rng.IntN(2) == 0 {
 			if err := m.x.Put([]byte(k), e.rev); err != nil {
 				t.Fatalf("Put(%s, %v): %v", k, e.rev, err)
 			}
+			delete(m.leases, k)
 		} else {
-			// PutPrior reports what Get said just before.
+			// PutPrior reports what Get said just before, and the
+			// key's lease until now.
 			_, wc, wv, gerr := m.x.Get([]byte(k), e.rev.Main)
-			c, v, ok, err := m.x.PutPrior([]byte(k), e.rev)
+			lease := int64(rng.IntN(3))
+			c, v, prevLease, ok, err := m.x.PutPrior([]byte(k), e.rev, lease)
 			if err != nil {
 				t.Fatalf("PutPrior(%s, %v): %v", k, e.rev, err)
 			}
-			if ok != (gerr == nil) || c != wc || v != wv {
-				t.Fatalf("PutPrior(%s, %v) = %v, %d, %v; Get before it gave %v, %d, %v", k, e.rev, c, v, ok, wc, wv, gerr)
+			if ok != (gerr == nil) || c != wc || v != wv || prevLease != m.leases[k] {
+				t.Fatalf("PutPrior(%s, %v) = %v, %d, lease %d, %v; Get before it gave %v, %d, %v, model lease %d", k, e.rev, c, v, prevLease, ok, wc, wv, gerr, m.leases[k])
+			}
+			if lease != 0 {
+				m.leases[k] = lease
+			} else {
+				delete(m.leases, k)
 			}
 		}
 		m.h.add(e)
@@ -232,6 +255,10 @@ func (m *modelRun) step(mayFork bool) {
 		if mayFork {
 			m.fork()
 		}
+	case 5, 6:
+		if !m.checkpointing {
+			m.checkpoint(mayFork)
+		}
 	}
 	if m.cur%50 == 0 && changed {
 		m.checkReads(m.x, m.cur, max(m.compacted, 1))
@@ -251,7 +278,7 @@ func (m *modelRun) fork() {
 	m.forks++
 	f := &modelRun{
 		t: m.t, rng: m.rng, x: m.x.Clone(), h: m.h.clone(), store: maps.Clone(m.store),
-		compacted: m.compacted, cur: m.cur, delPct: m.delPct,
+		compacted: m.compacted, cur: m.cur, delPct: m.delPct, leases: maps.Clone(m.leases),
 	}
 	for range 150 {
 		f.step(false)
@@ -311,6 +338,48 @@ func (m *modelRun) compact(c int64) {
 	m.compacted = c
 }
 
+// checkpoint writes a base of the index from a Clone and then either
+// swaps it in while the index keeps changing (writes and compactions
+// between the Clone and the swap, when mayFork: the base is what the
+// Clone saw, the index's tree keeps what changed since), or opens a new
+// index on it alone, as a store reopening does; then compares reads.
+func (m *modelRun) checkpoint(mayFork bool) {
+	t := m.t
+	t.Helper()
+	snap, rev := m.x.Clone(), m.cur
+	live := m.rng.IntN(2) == 0
+	m.checkpointing = true
+	defer func() { m.checkpointing = false }()
+	if live && mayFork {
+		for range m.rng.IntN(30) {
+			m.step(false)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "base")
+	var token [16]byte
+	token[0] = byte(m.bases)
+	if err := WriteBase(vfs.Default, path, snap, rev, token); err != nil {
+		t.Fatal(err)
+	}
+	b, err := OpenBase(vfs.Default, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Rev() != rev || b.Token() != token || b.Keys() != int64(snap.Len()) {
+		t.Fatalf("base: revision %d token %x keys %d; written at %d with %x from %d keys", b.Rev(), b.Token(), b.Keys(), rev, token, snap.Len())
+	}
+	m.bases++
+	if live {
+		m.x.ReplaceBase(b, snap)
+		m.swapped++
+	} else if m.cur == rev {
+		m.x = NewIndexWithBase(b)
+		m.reopened++
+	}
+	m.checkReads(m.x, m.cur, max(m.compacted, 1))
+	m.checkSince()
+}
+
 // checkReads compares Get, Range, Revisions and CountRevisions of x with
 // the model at random revisions in [minRev, maxRev].
 func (m *modelRun) checkReads(x *Index, maxRev, minRev int64) {
@@ -325,6 +394,24 @@ func (m *modelRun) checkReads(x *Index, maxRev, minRev int64) {
 	}
 	if got := x.Live(); got != live {
 		t.Fatalf("Live() = %d at revision %d; model %d", got, maxRev, live)
+	}
+	if x == m.x {
+		// Leases: the index's current ones.
+		got := map[string]int64{}
+		x.LeasedKeys(func(k []byte, l int64) bool {
+			if _, dup := got[string(k)]; dup {
+				t.Fatalf("LeasedKeys names %s twice", k)
+			}
+			got[string(k)] = l
+			return true
+		})
+		if !maps.Equal(got, m.leases) {
+			t.Fatalf("LeasedKeys = %v; model %v", got, m.leases)
+		}
+		k := modelKey(rng.IntN(modelKeys))
+		if l := x.Lease([]byte(k)); l != m.leases[k] {
+			t.Fatalf("Lease(%s) = %d; model %d", k, l, m.leases[k])
+		}
 	}
 	for range 8 {
 		at := minRev + rng.Int64N(maxRev-minRev+1)
@@ -441,7 +528,7 @@ func (m *modelRun) checkRestore() {
 			// of the last change in its main revision).
 			_, created, ver, _ = h.at(e.key, h.pos(e.key, e.rev))
 		}
-		if err := y.Restore([]byte(e.key), e.rev, created, ver, e.del); err != nil {
+		if err := y.Restore([]byte(e.key), e.rev, created, ver, 0, e.del); err != nil {
 			t.Fatalf("Restore(%s, %v): %v", e.key, e.rev, err)
 		}
 	}
@@ -469,7 +556,9 @@ func (m *modelRun) checkRestore() {
 // other than those: compaction dropped everything it could.
 func checkIndexTight(t *testing.T, x *Index, c int64, available map[Revision]struct{}) {
 	t.Helper()
-	x.tree.Ascend(func(ki *keyIndex) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	x.visitAll(func(ki *keyIndex) bool {
 		if ki.isEmpty() {
 			t.Fatalf("empty key %q left in the index", ki.key)
 		}

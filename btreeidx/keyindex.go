@@ -43,6 +43,13 @@ type keyIndex struct {
 	modified    Revision
 	generations []generation
 	owner       uint64
+	// lease is the lease of the key's last put while the key exists,
+	// else 0.
+	lease int64
+	// inBase: the Index's base holds this key too, so this entry hides
+	// it; gone: an entry that only hides the base's (the key's history
+	// was compacted away). See Index.
+	inBase, gone bool
 }
 
 func compareKeyIndex(a, b *keyIndex) int { return compareKey(a, b.prefix, b.key) }
@@ -339,6 +346,9 @@ func (ki *keyIndex) clone(owner uint64) *keyIndex {
 		key:         ki.key,
 		modified:    ki.modified,
 		owner:       owner,
+		lease:       ki.lease,
+		inBase:      ki.inBase,
+		gone:        ki.gone,
 		generations: make([]generation, len(ki.generations), len(ki.generations)+1),
 	}
 	for i, g := range ki.generations {
@@ -346,4 +356,36 @@ func (ki *keyIndex) clone(owner uint64) *keyIndex {
 		c.generations[i] = g
 	}
 	return c
+}
+
+// schedule calls fn for each revision of the key that a compaction above
+// after drops, with the lowest compaction revision that drops it
+// (becomes), as compactPlan decides: a revision goes once the next one of
+// its generation is at or below the compaction; a generation's tombstone
+// once the compaction is above it, or at the next generation's first
+// revision if that shares its main revision. The last revision of the
+// last generation never goes while the key exists.
+func (ki *keyIndex) schedule(after int64, fn func(becomes int64, r Revision, tomb bool)) {
+	last := len(ki.generations) - 1
+	for gi, g := range ki.generations {
+		for i, r := range g.revs {
+			var becomes int64
+			tomb := false
+			switch {
+			case i < len(g.revs)-1:
+				becomes = g.revs[i+1].Main
+			case gi != last:
+				tomb = true
+				becomes = r.Main + 1
+				if next := ki.generations[gi+1].revs; len(next) > 0 && next[0].Main < becomes {
+					becomes = next[0].Main
+				}
+			default:
+				continue
+			}
+			if becomes > after {
+				fn(becomes, r, tomb)
+			}
+		}
+	}
 }

@@ -331,12 +331,12 @@ func TestIndexRestore(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(x.Restore([]byte("baz"), r(7), r(7), 1, false))
-	must(x.Restore([]byte("foo"), r(10), r(8), 2, false))
-	must(x.Restore([]byte("foo"), r(12), Revision{}, 0, true))
-	must(x.Restore([]byte("foo"), rs(14, 0), rs(14, 0), 1, false))
-	must(x.Restore([]byte("foo"), rs(14, 1), rs(14, 0), 2, false))
-	must(x.Restore([]byte("foo"), r(16), rs(14, 0), 3, false))
+	must(x.Restore([]byte("baz"), r(7), r(7), 1, 0, false))
+	must(x.Restore([]byte("foo"), r(10), r(8), 2, 0, false))
+	must(x.Restore([]byte("foo"), r(12), Revision{}, 0, 0, true))
+	must(x.Restore([]byte("foo"), rs(14, 0), rs(14, 0), 1, 0, false))
+	must(x.Restore([]byte("foo"), rs(14, 1), rs(14, 0), 2, 0, false))
+	must(x.Restore([]byte("foo"), r(16), rs(14, 0), 3, 0, false))
 	checkGets(t, x, "foo", fooGets, 11)
 	live := fooIndex(t)
 	live.Compact(11)
@@ -347,11 +347,11 @@ func TestIndexRestore(t *testing.T) {
 	}
 	// A store whose oldest record of a key is a tombstone.
 	y := NewIndex()
-	must(y.Restore([]byte("bar"), r(5), Revision{}, 0, true))
-	if err := y.Restore([]byte("bar"), r(6), Revision{}, 0, true); !errors.Is(err, ErrRevisionNotFound) {
+	must(y.Restore([]byte("bar"), r(5), Revision{}, 0, 0, true))
+	if err := y.Restore([]byte("bar"), r(6), Revision{}, 0, 0, true); !errors.Is(err, ErrRevisionNotFound) {
 		t.Fatalf("second tombstone: %v", err)
 	}
-	must(y.Restore([]byte("bar"), r(9), r(9), 1, false))
+	must(y.Restore([]byte("bar"), r(9), r(9), 1, 0, false))
 	checkGets(t, y, "bar", []getWant{{5, Revision{}, Revision{}, 0}, {8, Revision{}, Revision{}, 0}, {9, r(9), r(9), 1}}, 0)
 	if got := y.Compact(6); len(got) != 0 || y.Len() != 1 {
 		t.Fatalf("Compact(6) after restore: %v, %d keys", got, y.Len())

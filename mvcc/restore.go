@@ -73,7 +73,6 @@ func (b *Backend) SwapDB(db *pagestore.DB) (*pagestore.DB, error) {
 // attached to leases (through StoreConfig.Leases). Apply goroutine only.
 func (s *Store) Restore() error {
 	s.compactor.stop()
-	s.keyLeases = map[string]int64{}
 	s.compactRev.Store(-1)
 	idx := btreeidx.NewIndex()
 	scheduled, finished, err := s.restore(idx)

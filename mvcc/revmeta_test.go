@@ -73,8 +73,9 @@ func storeState(t *testing.T, ts *testStore) string {
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "rev %d compact %d keys %d\n", ts.s.Rev(), ts.s.CompactRev(), ts.s.KeyCount())
-	for _, k := range slices.Sorted(maps.Keys(ts.s.keyLeases)) {
-		fmt.Fprintf(&b, "lease %q %d\n", k, ts.s.keyLeases[k])
+	leased := keyLeases(ts)
+	for _, k := range slices.Sorted(maps.Keys(leased)) {
+		fmt.Fprintf(&b, "lease %q %d\n", k, leased[k])
 	}
 	for rev := max(ts.s.CompactRev(), 1); rev <= ts.s.Rev(); rev += 37 {
 		r, err := ts.s.Range(&pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}, Revision: rev})
@@ -122,7 +123,7 @@ func TestRevMetaBuild(t *testing.T) {
 			for i := uint64(3001); i <= 3020; i++ { // keys that keep their leases
 				applyRequest(ts.s, i, &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: fmt.Appendf(nil, "leased-%d", i), Value: []byte("v"), Lease: int64(1 + i%6)}})
 			}
-			if len(ts.s.keyLeases) == 0 {
+			if len(keyLeases(ts)) == 0 {
 				t.Fatal("no key has a lease: the workload does not exercise them")
 			}
 			<-ts.s.compactor.idle()
@@ -312,4 +313,14 @@ func copyFile(t *testing.T, from, to string) {
 	if err := os.WriteFile(to, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// keyLeases is the store's leased keys.
+func keyLeases(ts *testStore) map[string]int64 {
+	m := map[string]int64{}
+	ts.s.index().LeasedKeys(func(k []byte, l int64) bool {
+		m[string(k)] = l
+		return true
+	})
+	return m
 }

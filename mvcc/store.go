@@ -103,10 +103,6 @@ type Store struct {
 	// sums has every key-bucket record's CRC, for compaction hashes.
 	sums recordSums
 
-	// keyLeases remembers the lease of each live key so a put can detach
-	// the old lease. Owned by the apply goroutine.
-	keyLeases map[string]int64
-
 	compactor *compactor
 }
 
@@ -125,7 +121,6 @@ func OpenStore(be *Backend, cfg StoreConfig) (*Store, error) {
 	s := &Store{
 		be: be, log: cfg.Logger, leases: cfg.Leases,
 		events: cfg.OnEvents, compactBatch: cfg.CompactBatch, compactPause: cfg.CompactPause, metrics: cfg.Metrics,
-		keyLeases: map[string]int64{},
 	}
 	s.idx.Store(btreeidx.NewIndex())
 	s.compactRev.Store(-1)
@@ -229,9 +224,10 @@ func (s *Store) restore(idx *btreeidx.Index) (scheduled, finished int64, err err
 		s.compactRev.Store(scheduled)
 	}
 	if s.leases != nil {
-		for k, id := range s.keyLeases {
-			s.leases.Attach(id, []byte(k))
-		}
+		idx.LeasedKeys(func(key []byte, lease int64) bool {
+			s.leases.Attach(lease, key)
+			return true
+		})
 	}
 	return scheduled, finished, nil
 }
@@ -245,24 +241,18 @@ type restoreRec struct {
 
 const restoreBatch = 1024
 
-// restoreIndex adds the records of batches, in revision order, to idx
-// and s.keyLeases. After an error it still drains batches, so the reader
-// never blocks, and returns the first error.
+// restoreIndex adds the records of batches, in revision order, to idx.
+// After an error it still drains batches, so the reader never blocks, and
+// returns the first error.
 func (s *Store) restoreIndex(idx *btreeidx.Index, batches <-chan []restoreRec) error {
 	var err error
 	for batch := range batches {
 		for i := 0; i < len(batch) && err == nil; i++ {
 			r := &batch[i]
 			if r.tomb {
-				err = idx.Restore(r.key, r.rev, Revision{}, 0, true)
-				delete(s.keyLeases, string(r.key))
-				continue
-			}
-			err = idx.Restore(r.key, r.rev, Revision{Main: r.create}, r.version, false)
-			if r.lease != 0 {
-				s.keyLeases[string(r.key)] = r.lease
-			} else if len(s.keyLeases) > 0 {
-				delete(s.keyLeases, string(r.key))
+				err = idx.Restore(r.key, r.rev, Revision{}, 0, 0, true)
+			} else {
+				err = idx.Restore(r.key, r.rev, Revision{Main: r.create}, r.version, r.lease, false)
 			}
 		}
 	}

@@ -184,15 +184,13 @@ func (t *txnWrite) put(key, value []byte, lease int64) int64 {
 	t.ops.putSize += int64(len(key) + len(value))
 	rev := t.beginRev + 1
 	idxRev := Revision{Main: rev, Sub: int64(len(t.changes))}
-	c, v, existed, err := s.index().PutPrior(key, idxRev)
+	c, v, oldLease, existed, err := s.index().PutPrior(key, idxRev, lease)
 	if err != nil {
 		panic(fmt.Sprintf("mvcc: index put %q at %v: %v", key, idxRev, err)) // revisions only ascend
 	}
 	created, ver := rev, int64(0)
-	oldLease := int64(0)
 	if existed {
 		created, ver = c.Main, v
-		oldLease = s.keyLeases[string(key)]
 	}
 	kv := &mvccpb.KeyValue{Key: key, Value: value, CreateRevision: created, ModRevision: rev, Version: divergedVersion(key, ver), Lease: lease}
 	t.putRecord(idxRev, false, kv)
@@ -205,11 +203,6 @@ func (t *txnWrite) put(key, value []byte, lease int64) int64 {
 		if lease != 0 && s.leases != nil {
 			s.leases.Attach(lease, key)
 		}
-	}
-	if lease != 0 {
-		s.keyLeases[string(key)] = lease
-	} else {
-		delete(s.keyLeases, string(key))
 	}
 	return rev
 }
@@ -238,16 +231,14 @@ func (t *txnWrite) delete(key []byte) {
 	idxRev := Revision{Main: rev, Sub: int64(len(t.changes))}
 	kv := &mvccpb.KeyValue{Key: key}
 	t.putRecord(idxRev, true, kv)
+	lease := s.index().Lease(key)
 	if err := s.index().Tombstone(key, idxRev); err != nil {
 		panic(fmt.Sprintf("mvcc: index tombstone %q at %v: %v", key, idxRev, err))
 	}
 	t.changes = append(t.changes, kv)
 	t.events = append(t.events, Event{Type: mvccpb.Event_DELETE, KV: &mvccpb.KeyValue{Key: key, ModRevision: rev}})
-	if l := s.keyLeases[string(key)]; l != 0 {
-		if s.leases != nil {
-			s.leases.Detach(l, key)
-		}
-		delete(s.keyLeases, string(key))
+	if lease != 0 && s.leases != nil {
+		s.leases.Detach(lease, key)
 	}
 }
 

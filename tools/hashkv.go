@@ -166,7 +166,7 @@ func hashKV(src kvSource, rev int64) (*HashKVResult, error) {
 		if err := proto.Unmarshal(v, &kv); err != nil {
 			return fmt.Errorf("value of revision key %x: %w", k, err)
 		}
-		_ = idx.Restore(kv.Key, r, btreeidx.Revision{Main: kv.CreateRevision}, kv.Version, tomb)
+		_ = idx.Restore(kv.Key, r, btreeidx.Revision{Main: kv.CreateRevision}, kv.Version, 0, tomb)
 		current = max(current, r.Main)
 		return nil
 	})

@@ -1,0 +1,402 @@
+package btreeidx
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+
+	"github.com/cespare/xxhash/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/strata-db/strata/vfs"
+)
+
+// A base is an Index's history of every key as of one revision, written to
+// a file and mapped read-only, so that an Index need not hold it in memory
+// nor rebuild it when its store opens (see the package doc, "Base").
+//
+// File format (little-endian unless said):
+//
+//	header (4096 bytes): "STRATAIX", version u32, 0 u32, revision i64,
+//	    compact revision i64, keys i64, live keys i64, token [16]byte,
+//	    three table references (index offset i64, index length i64,
+//	    entries i64): entries, schedule, leases; then xxhash64 of all
+//	    the header's bytes before it
+//	the three tables (table.go), one after the other
+//
+// entries: user key → the key's history, compacted at the compact
+// revision: lease, modified main, modified sub, generation count, and per
+// generation ver, created main, created sub, revision count, the first
+// revision's main and sub, then each next one's main as the difference
+// from the previous and its sub (all uvarints).
+//
+// schedule: becomes (u64 BE) | main (u64 BE) | sub (u64 BE) | tombstone
+// (one byte) → user key: every revision of the entries that a compaction
+// at revision >= becomes drops (keyIndex.schedule), so a compaction finds
+// the garbage among keys it never loads.
+//
+// leases: lease (u64 BE) | user key → nothing: the live keys with a
+// lease.
+//
+// Crash safety: a base is written to a temporary file, synced, renamed
+// into place and its directory synced; an interrupted write leaves the
+// previous base (or none). Opening checks the header's and every block's
+// checksum, and the token against the store's (WriteBase's caller keeps
+// them so a base is never used with a store it was not written from).
+
+const (
+	baseMagic      = "STRATAIX"
+	baseVersion    = 1
+	baseHeaderSize = 4096
+	baseHeaderUsed = 8 + 4 + 4 + 8*4 + 16 + 3*24
+)
+
+// Base is an opened base file. It is immutable and safe for concurrent
+// use; its mapping is released when no Index refers to it anymore.
+type Base struct {
+	path       string
+	data       []byte
+	rev        int64
+	compactRev int64
+	keys, live int64
+	token      [16]byte
+	entries    *table
+	sched      *table
+	leases     *table
+}
+
+// ErrBaseCorrupt is wrapped by OpenBase's errors for a damaged file.
+var ErrBaseCorrupt = errTableCorrupt
+
+// Rev is the revision the base is the index of: every write up to it.
+func (b *Base) Rev() int64 { return b.rev }
+
+// CompactRev is the compaction revision the base's histories are
+// compacted at (-1: none).
+func (b *Base) CompactRev() int64 { return b.compactRev }
+
+// Token is the token WriteBase was given.
+func (b *Base) Token() [16]byte { return b.token }
+
+// Keys is the number of keys the base holds.
+func (b *Base) Keys() int64 { return b.keys }
+
+// Path is the file's path.
+func (b *Base) Path() string { return b.path }
+
+// OpenBase maps the base file at path and checks it completely: a damaged
+// file is refused with an error wrapping ErrBaseCorrupt that names the
+// file and the offset.
+func OpenBase(fsys vfs.FS, path string) (*Base, error) {
+	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	size, err := f.Size()
+	if err != nil {
+		return nil, err
+	}
+	if size < baseHeaderSize {
+		return nil, fmt.Errorf("%w: %s: cut short at offset %d, inside its header", ErrBaseCorrupt, path, size)
+	}
+	data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("btreeidx: mmap %s: %w", path, err)
+	}
+	b, err := parseBase(path, data)
+	if err != nil {
+		unix.Munmap(data)
+		return nil, err
+	}
+	runtime.AddCleanup(b, func(data []byte) { unix.Munmap(data) }, data)
+	return b, nil
+}
+
+func parseBase(path string, data []byte) (*Base, error) {
+	h := data[:baseHeaderSize]
+	if string(h[:8]) != baseMagic {
+		return nil, fmt.Errorf("%w: %s: not a Strata index base (magic %q at offset 0)", ErrBaseCorrupt, path, h[:8])
+	}
+	if sum := binary.LittleEndian.Uint64(h[baseHeaderUsed:]); xxhash.Sum64(h[:baseHeaderUsed]) != sum {
+		return nil, fmt.Errorf("%w: %s: header checksum mismatch (offset 0)", ErrBaseCorrupt, path)
+	}
+	if v := binary.LittleEndian.Uint32(h[8:]); v != baseVersion {
+		return nil, fmt.Errorf("btreeidx: %s: base format version %d; this Strata reads %d", path, v, baseVersion)
+	}
+	le := binary.LittleEndian
+	b := &Base{path: path, data: data,
+		rev: int64(le.Uint64(h[16:])), compactRev: int64(le.Uint64(h[24:])),
+		keys: int64(le.Uint64(h[32:])), live: int64(le.Uint64(h[40:]))}
+	copy(b.token[:], h[48:64])
+	refs := make([]tableRef, 3)
+	for i := range refs {
+		p := h[64+24*i:]
+		refs[i] = tableRef{indexOff: int64(le.Uint64(p)), indexLen: int64(le.Uint64(p[8:])), count: int64(le.Uint64(p[16:]))}
+	}
+	var err error
+	if b.entries, err = openTable(path, data, refs[0]); err != nil {
+		return nil, err
+	}
+	if b.sched, err = openTable(path, data, refs[1]); err != nil {
+		return nil, err
+	}
+	if b.leases, err = openTable(path, data, refs[2]); err != nil {
+		return nil, err
+	}
+	if b.entries.count != b.keys {
+		return nil, fmt.Errorf("%w: %s: %d entries, the header says %d keys", ErrBaseCorrupt, path, b.entries.count, b.keys)
+	}
+	return b, nil
+}
+
+// get returns key's history (a new keyIndex owned by no Index), if the
+// base holds the key.
+func (b *Base) get(key []byte) (*keyIndex, bool) {
+	it := b.entries.iter()
+	if !it.seekGE(key) || !bytes.Equal(it.key, key) {
+		return nil, false
+	}
+	return b.decode(it.key, it.value), true
+}
+
+// decode builds the keyIndex of an entry; it copies everything, so the
+// result outlives the mapping.
+func (b *Base) decode(key, v []byte) *keyIndex {
+	ki, err := decodeKeyIndex(key, v)
+	if err != nil {
+		// Every entry decoded when the base was opened.
+		panic(fmt.Sprintf("btreeidx: %s: a checked entry does not decode: %v", b.path, err))
+	}
+	return ki
+}
+
+func appendKeyIndex(dst []byte, ki *keyIndex) []byte {
+	u := func(v int64) { dst = binary.AppendUvarint(dst, uint64(v)) }
+	u(ki.lease)
+	u(ki.modified.Main)
+	u(ki.modified.Sub)
+	u(int64(len(ki.generations)))
+	for _, g := range ki.generations {
+		u(g.ver)
+		u(g.created.Main)
+		u(g.created.Sub)
+		u(int64(len(g.revs)))
+		prev := int64(0)
+		for _, r := range g.revs {
+			u(r.Main - prev)
+			u(r.Sub)
+			prev = r.Main
+		}
+	}
+	return dst
+}
+
+var errBadEntry = errors.New("bad entry")
+
+func decodeKeyIndex(key, v []byte) (*keyIndex, error) {
+	u := func() int64 {
+		x, n := binary.Uvarint(v)
+		if n <= 0 {
+			v = nil
+			return -1
+		}
+		v = v[n:]
+		return int64(x)
+	}
+	k := bytes.Clone(key)
+	ki := &keyIndex{prefix: keyPrefix(k), key: k}
+	ki.lease = u()
+	ki.modified = Revision{Main: u(), Sub: u()}
+	ng := u()
+	if ng < 0 || ng > int64(len(v)) {
+		return nil, errBadEntry
+	}
+	ki.generations = make([]generation, ng)
+	for i := range ki.generations {
+		g := &ki.generations[i]
+		g.ver = u()
+		g.created = Revision{Main: u(), Sub: u()}
+		nr := u()
+		if nr < 0 || nr > int64(len(v)) {
+			return nil, errBadEntry
+		}
+		g.revs = make([]Revision, nr)
+		prev := int64(0)
+		for j := range g.revs {
+			d, s := u(), u()
+			if d < 0 || s < 0 {
+				return nil, errBadEntry
+			}
+			prev += d
+			g.revs[j] = Revision{Main: prev, Sub: s}
+		}
+	}
+	if v == nil || len(v) != 0 || ki.lease < 0 || ng == 0 {
+		return nil, errBadEntry
+	}
+	return ki, nil
+}
+
+// scheduleKey is a schedule table key.
+func scheduleKey(dst []byte, becomes int64, r Revision, tomb bool) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, uint64(becomes))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(r.Main))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(r.Sub))
+	t := byte(0)
+	if tomb {
+		t = 1
+	}
+	return append(dst, t)
+}
+
+// garbageBetween calls fn for each scheduled revision that becomes
+// garbage at a compaction revision in (after, upTo], with its key (valid
+// during the call).
+func (b *Base) garbageBetween(after, upTo int64, fn func(g Garbage, key []byte)) {
+	it := b.sched.iter()
+	for ok := it.seekGE(scheduleKey(nil, after+1, Revision{}, false)); ok; ok = it.next() {
+		k := it.key
+		if len(k) != 25 {
+			panic(fmt.Sprintf("btreeidx: %s: a checked schedule entry has a %d-byte key", b.path, len(k)))
+		}
+		if int64(binary.BigEndian.Uint64(k)) > upTo {
+			return
+		}
+		r := Revision{Main: int64(binary.BigEndian.Uint64(k[8:])), Sub: int64(binary.BigEndian.Uint64(k[16:]))}
+		fn(Garbage{Rev: r, Tombstone: k[24] == 1}, it.value)
+	}
+}
+
+// WriteBase writes the base of snap (an Index no one writes anymore,
+// typically a Clone) as the index of every write up to rev, with token,
+// to path: its keys, each compacted at snap's last compaction, the
+// schedule of their garbage and their leases.
+func WriteBase(fsys vfs.FS, path string, snap *Index, rev int64, token [16]byte) error {
+	tmp := path + ".tmp"
+	f, err := fsys.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
+	if err != nil {
+		return err
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			f.Close()
+			fsys.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(make([]byte, baseHeaderSize)); err != nil {
+		return err
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	type sched struct {
+		key  []byte // scheduleKey
+		user []byte
+	}
+	var scheds []sched
+	type leased struct {
+		lease int64
+		key   []byte
+	}
+	var leases []leased
+	var keys, live int64
+	ew := newTableWriter(bw, baseHeaderSize)
+	var buf []byte
+	var werr error
+	compacted := snap.compactedRev()
+	snap.mu.RLock()
+	snap.visitAll(func(ki *keyIndex) bool {
+		buf = appendKeyIndex(buf[:0], ki)
+		if werr = ew.add(ki.key, buf); werr != nil {
+			return false
+		}
+		keys++
+		if ki.live() {
+			live++
+			if ki.lease != 0 {
+				leases = append(leases, leased{ki.lease, ki.key})
+			}
+		}
+		ki.schedule(compacted, func(becomes int64, r Revision, tomb bool) {
+			scheds = append(scheds, sched{scheduleKey(nil, becomes, r, tomb), ki.key})
+		})
+		return true
+	})
+	snap.mu.RUnlock()
+	if werr != nil {
+		return werr
+	}
+	entriesRef, off, err := ew.finish()
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(scheds, func(a, b sched) int { return bytes.Compare(a.key, b.key) })
+	sw := newTableWriter(bw, off)
+	for _, s := range scheds {
+		if err := sw.add(s.key, s.user); err != nil {
+			return err
+		}
+	}
+	schedRef, off, err := sw.finish()
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(leases, func(a, b leased) int {
+		if a.lease != b.lease {
+			return cmp.Compare(a.lease, b.lease)
+		}
+		return bytes.Compare(a.key, b.key)
+	})
+	lw := newTableWriter(bw, off)
+	for _, l := range leases {
+		if err := lw.add(append(binary.BigEndian.AppendUint64(nil, uint64(l.lease)), l.key...), nil); err != nil {
+			return err
+		}
+	}
+	leasesRef, _, err := lw.finish()
+	if err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	h := make([]byte, baseHeaderSize)
+	copy(h, baseMagic)
+	le := binary.LittleEndian
+	le.PutUint32(h[8:], baseVersion)
+	le.PutUint64(h[16:], uint64(rev))
+	le.PutUint64(h[24:], uint64(compacted))
+	le.PutUint64(h[32:], uint64(keys))
+	le.PutUint64(h[40:], uint64(live))
+	copy(h[48:64], token[:])
+	for i, r := range []tableRef{entriesRef, schedRef, leasesRef} {
+		p := h[64+24*i:]
+		le.PutUint64(p, uint64(r.indexOff))
+		le.PutUint64(p[8:], uint64(r.indexLen))
+		le.PutUint64(p[16:], uint64(r.count))
+	}
+	le.PutUint64(h[baseHeaderUsed:], xxhash.Sum64(h[:baseHeaderUsed]))
+	if _, err := f.WriteAt(h, 0); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	closed = true
+	if err := f.Close(); err != nil {
+		fsys.Remove(tmp)
+		return err
+	}
+	if err := fsys.Rename(tmp, path); err != nil {
+		fsys.Remove(tmp)
+		return err
+	}
+	return fsys.SyncDir(filepath.Dir(path))
+}

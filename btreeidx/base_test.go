@@ -1,0 +1,114 @@
+package btreeidx
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/strata-db/strata/vfs"
+)
+
+// TestScheduleMatchesCompaction checks keyIndex.schedule against the
+// compaction itself on random key histories (deletes and puts again in
+// the same main revision included): for every compaction revision, the
+// revisions scheduled to become garbage at or below it are exactly those
+// compactPlan drops.
+func TestScheduleMatchesCompaction(t *testing.T) {
+	rng := testRand(t)
+	for round := 0; round < 3000; round++ {
+		ki := newKeyIndex([]byte("k"), 1)
+		main := int64(1)
+		for n := 1 + rng.IntN(12); n > 0; n-- {
+			sub := int64(0)
+			if rng.IntN(3) > 0 {
+				main += 1 + rng.Int64N(3)
+			} else {
+				sub = ki.modified.Sub + 1 // same main revision as the last change
+			}
+			r := Revision{Main: main, Sub: sub}
+			if ki.live() && rng.IntN(3) == 0 {
+				if err := ki.tombstone(r); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := ki.put(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for at := int64(0); at <= main+1; at++ {
+			c := ki.clone(2)
+			genIdx, revIdx := c.compactPlan(at, nil)
+			want := map[Revision]bool{}
+			if needsCompact(genIdx, revIdx) {
+				for _, g := range c.garbage(genIdx, revIdx, nil) {
+					want[g.Rev] = g.Tombstone
+				}
+			}
+			got := map[Revision]bool{}
+			ki.schedule(-1, func(becomes int64, r Revision, tomb bool) {
+				if becomes <= at {
+					got[r] = tomb
+				}
+			})
+			if !maps.Equal(got, want) {
+				t.Fatalf("round %d, history %v: a compaction at %d drops %v; the schedule says %v", round, ki.generations, at, want, got)
+			}
+		}
+	}
+}
+
+// TestOpenBaseDamaged: a base whose bytes changed anywhere, or that was
+// cut short, is refused with an error naming the file and an offset, and
+// never opens with different contents.
+func TestOpenBaseDamaged(t *testing.T) {
+	rng := testRand(t)
+	x := NewIndex()
+	for i := 0; i < 3000; i++ {
+		k := []byte(fmt.Sprintf("/registry/pods/ns-%02d/pod-%05d", i%7, i))
+		if _, _, _, _, err := x.PutPrior(k, Revision{Main: int64(i + 2)}, int64(i%3)); err != nil {
+			t.Fatal(err)
+		}
+		if i%5 == 0 {
+			if err := x.Put(k, Revision{Main: int64(i + 2), Sub: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	path := filepath.Join(t.TempDir(), "base")
+	if err := WriteBase(vfs.Default, path, x.Clone(), 3001, [16]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenBase(vfs.Default, path); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "bad")
+	for i := 0; i < 300; i++ {
+		b := bytes.Clone(good)
+		what := ""
+		if i%10 == 0 {
+			n := rng.IntN(len(b))
+			b, what = b[:n], fmt.Sprintf("cut at %d", n)
+		} else {
+			off := rng.IntN(len(b))
+			b[off] ^= byte(1 + rng.IntN(255))
+			what = fmt.Sprintf("byte %d changed", off)
+			if off >= baseHeaderUsed+8 && off < baseHeaderSize {
+				continue // the header's unused tail
+			}
+		}
+		if err := os.WriteFile(bad, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := OpenBase(vfs.Default, bad)
+		if !errors.Is(err, ErrBaseCorrupt) || !bytes.Contains([]byte(err.Error()), []byte(bad)) || !bytes.Contains([]byte(err.Error()), []byte("offset")) {
+			t.Fatalf("%s: OpenBase: %v; want ErrBaseCorrupt naming the file and an offset", what, err)
+		}
+	}
+}
