@@ -4,9 +4,10 @@
 // Every top-level directory of the module is one tree, and every tree has
 // a rank:
 //
-//	0  vfs, version, btreeidx, internal,  nothing of the module below them
+//	0  vfs, version, internal,            nothing of the module below them
 //	   diskprobe, progress
-//	1  pagestore, wal                     storage engines
+//	1  pagestore, wal, btreeidx           storage engines, the key index
+//	                                      and its base file
 //	2  schema                             etcd's bucket names, format detection
 //	3  mvcc, raft                         the state machine and the log
 //	4  lease, auth, membership            state beside mvcc

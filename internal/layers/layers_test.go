@@ -16,8 +16,8 @@ const module = "github.com/strata-db/strata"
 
 // rank is the layer of each top-level tree of the module (see doc.go).
 var rank = map[string]int{
-	"vfs": 0, "version": 0, "btreeidx": 0, "internal": 0, "diskprobe": 0, "progress": 0,
-	"pagestore": 1, "wal": 1,
+	"vfs": 0, "version": 0, "internal": 0, "diskprobe": 0, "progress": 0,
+	"pagestore": 1, "wal": 1, "btreeidx": 1,
 	"schema": 2,
 	"mvcc":   3, "raft": 3,
 	"lease": 4, "auth": 4, "membership": 4,
