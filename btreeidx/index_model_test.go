@@ -18,6 +18,8 @@ type histEvent struct {
 	key string
 	rev Revision
 	del bool
+	// lease is the put's lease (what the store's record carries).
+	lease int64
 }
 
 // history is the naive reference for the index: the full list of changes in
@@ -133,6 +135,10 @@ type modelRun struct {
 	// checkpointing: a checkpoint is between its Clone and its swap
 	// (one at a time, as the store runs them).
 	checkpointing bool
+	// lastBase is the last base written, which checkReplay opens with
+	// the records written after it, as a store reopening does.
+	lastBase *Base
+	replayed int
 }
 
 // snapshot is an Index.Clone kept read-only, with the revisions at which it
@@ -166,8 +172,9 @@ func TestIndexModel(t *testing.T) {
 		m.step(true)
 	}
 	m.checkRestore()
-	if m.bases == 0 || m.swapped == 0 || m.reopened == 0 {
-		t.Fatalf("%d bases written, %d swapped in, %d reopened: the run exercised too little", m.bases, m.swapped, m.reopened)
+	m.checkReplay()
+	if m.bases == 0 || m.swapped == 0 || m.reopened == 0 || m.replayed == 0 {
+		t.Fatalf("%d bases written, %d swapped in, %d reopened, %d replayed: the run exercised too little", m.bases, m.swapped, m.reopened, m.replayed)
 	}
 	t.Logf("%d revisions, %d changes, %d compactions, %d keys dropped by compaction, %d forks, %d bases (%d swapped in live, %d reopened), %d keys left after compaction at %d",
 		m.cur, len(m.h.events), m.compactions, m.dropped, m.forks, m.bases, m.swapped, m.reopened, m.x.Len(), m.compacted)
@@ -196,7 +203,7 @@ func (m *modelRun) step(mayFork bool) {
 	}
 	for _, ki := range txnKeys {
 		k := modelKey(ki)
-		e := histEvent{k, Revision{rev, sub}, rng.IntN(10) < m.delPct}
+		e := histEvent{key: k, rev: Revision{rev, sub}, del: rng.IntN(10) < m.delPct}
 		if e.del {
 			err := m.x.Tombstone([]byte(k), e.rev)
 			if !m.h.live(k) {
@@ -226,6 +233,7 @@ func (m *modelRun) step(mayFork bool) {
 			if ok != (gerr == nil) || c != wc || v != wv || prevLease != m.leases[k] {
 				t.Fatalf("PutPrior(%s, %v) = %v, %d, lease %d, %v; Get before it gave %v, %d, %v, model lease %d", k, e.rev, c, v, prevLease, ok, wc, wv, gerr, m.leases[k])
 			}
+			e.lease = lease
 			if lease != 0 {
 				m.leases[k] = lease
 			} else {
@@ -251,6 +259,7 @@ func (m *modelRun) step(mayFork bool) {
 		}
 	case 3:
 		m.checkRestore()
+		m.checkReplay()
 	case 4:
 		if mayFork {
 			m.fork()
@@ -298,6 +307,11 @@ func (m *modelRun) compact(c int64) {
 	for _, k := range m.h.keys() {
 		m.h.kept(k, c, true, want)
 		m.h.kept(k, c, false, wantKeep)
+	}
+	if m.lastBase != nil && c > m.lastBase.Rev() {
+		// The store never deletes records above its base's revision:
+		// it writes a new base first.
+		m.writeBase(m.x.Clone(), m.cur)
 	}
 	before := m.x.Len()
 	// CompactGarbage on a clone drops the same revisions and names each
@@ -355,6 +369,23 @@ func (m *modelRun) checkpoint(mayFork bool) {
 			m.step(false)
 		}
 	}
+	b := m.writeBase(snap, rev)
+	if live {
+		m.x.ReplaceBase(b, snap)
+		m.swapped++
+	} else if m.cur == rev {
+		m.x = NewIndexWithBase(b)
+		m.reopened++
+	}
+	m.checkReads(m.x, m.cur, max(m.compacted, 1))
+	m.checkSince()
+}
+
+// writeBase writes a base of snap at rev, opens it and makes it
+// lastBase.
+func (m *modelRun) writeBase(snap *Index, rev int64) *Base {
+	t := m.t
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "base")
 	var token [16]byte
 	token[0] = byte(m.bases)
@@ -369,15 +400,78 @@ func (m *modelRun) checkpoint(mayFork bool) {
 		t.Fatalf("base: revision %d token %x keys %d; written at %d with %x from %d keys", b.Rev(), b.Token(), b.Keys(), rev, token, snap.Len())
 	}
 	m.bases++
-	if live {
-		m.x.ReplaceBase(b, snap)
-		m.swapped++
-	} else if m.cur == rev {
-		m.x = NewIndexWithBase(b)
-		m.reopened++
+	if rev >= m.compacted {
+		// A base older than a compaction is never kept: the store
+		// writes its bases and compacts in one goroutine.
+		m.lastBase = b
 	}
-	m.checkReads(m.x, m.cur, max(m.compacted, 1))
-	m.checkSince()
+	return b
+}
+
+// checkReplay opens the last base written as a store reopening does: a
+// new index on the base, the records the modeled store holds above the
+// base's revision restored in revision order, then the last compaction
+// redone if the base predates it. No compaction has deleted a record
+// above the base's revision (compact writes a new base first, as the
+// store does), so those records are every change since the base. The
+// result must answer as the live index does, and compact as it does.
+func (m *modelRun) checkReplay() {
+	t, rng, h := m.t, m.rng, m.h
+	t.Helper()
+	b := m.lastBase
+	if b == nil {
+		return
+	}
+	m.replayed++
+	recs := slices.SortedFunc(maps.Values(m.store), func(a, b histEvent) int { return a.rev.Compare(b.rev) })
+	y := NewIndexWithBase(b)
+	for _, e := range recs {
+		if e.rev.Main <= b.Rev() {
+			continue
+		}
+		var created Revision
+		var ver int64
+		if !e.del {
+			_, created, ver, _ = h.at(e.key, h.pos(e.key, e.rev))
+		}
+		if err := y.Restore([]byte(e.key), e.rev, created, ver, e.lease, e.del); err != nil {
+			t.Fatalf("Restore(%s, %v) over a base at %d: %v", e.key, e.rev, b.Rev(), err)
+		}
+	}
+	if m.compacted > b.CompactRev() {
+		y.CompactGarbage(m.compacted)
+	}
+	if y.Len() != m.x.Len() || y.Live() != m.x.Live() {
+		t.Fatalf("replayed index (base at %d, compacted at %d, now %d) has %d keys (%d live), the written one %d (%d live)", b.Rev(), b.CompactRev(), m.compacted, y.Len(), y.Live(), m.x.Len(), m.x.Live())
+	}
+	got := map[string]int64{}
+	y.LeasedKeys(func(k []byte, l int64) bool { got[string(k)] = l; return true })
+	if !maps.Equal(got, m.leases) {
+		t.Fatalf("replayed index: LeasedKeys = %v; model %v", got, m.leases)
+	}
+	m.checkReads(y, m.cur, max(m.compacted, 1))
+	for _, rev := range []int64{m.compacted, m.compacted + rng.Int64N(m.cur-m.compacted+1)} {
+		if a, b := m.x.Keep(rev), y.Keep(rev); !maps.Equal(a, b) {
+			t.Fatalf("Keep(%d): replayed %v, live %v", rev, b, a)
+		}
+	}
+	// The next compaction drops from both what the store holds: the
+	// replayed index may also name revisions the store no longer has
+	// (from the base, which a compaction since deleted), never fewer.
+	c := m.compacted + rng.Int64N(m.cur-m.compacted+1)
+	want := map[Revision]bool{}
+	for _, g := range m.x.Clone().CompactGarbage(c) {
+		want[g.Rev] = g.Tombstone
+	}
+	gotG := map[Revision]bool{}
+	for _, g := range y.CompactGarbage(c) {
+		if _, inStore := m.store[g.Rev]; inStore {
+			gotG[g.Rev] = g.Tombstone
+		}
+	}
+	if !maps.Equal(gotG, want) {
+		t.Fatalf("replayed index: CompactGarbage(%d) = %v; live %v", c, gotG, want)
+	}
 }
 
 // checkReads compares Get, Range, Revisions and CountRevisions of x with
