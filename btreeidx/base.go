@@ -310,7 +310,7 @@ func WriteBase(fsys vfs.FS, path string, snap *Index, rev int64, token [16]byte)
 	ew := newTableWriter(bw, baseHeaderSize)
 	var buf []byte
 	var werr error
-	compacted := snap.compactedRev()
+	compacted := snap.CompactedRev()
 	snap.mu.RLock()
 	snap.visitAll(func(ki *keyIndex) bool {
 		buf = appendKeyIndex(buf[:0], ki)

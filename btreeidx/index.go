@@ -82,8 +82,9 @@ func (x *Index) Base() *Base {
 	return x.base
 }
 
-// compactedRev is the last compaction's revision (-1: none).
-func (x *Index) compactedRev() int64 {
+// CompactedRev is the revision of the index's last compaction (-1:
+// none): a base written from it is compacted there.
+func (x *Index) CompactedRev() int64 {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return x.compacted

@@ -48,6 +48,10 @@ type Backend struct {
 	cur         *batch   // being filled; guarded by batchMu
 	uncommitted []*batch // sealed, not yet committed, in order; guarded by batchMu
 	ci          uint64   // consistent index of the newest write; guarded by batchMu
+	// lastKeyRev is the main revision of the newest key record written
+	// since the backend opened or swapped its page store; guarded by
+	// batchMu (see Quiesce).
+	lastKeyRev int64
 
 	state atomic.Pointer[readState]
 
@@ -243,6 +247,19 @@ func (w *WriteTx) PutKeyRecord(rev Revision, tombstone bool, value, meta []byte)
 	c.bytes += int64(markedRevKeyLen + len(value))
 	w.b.pendingBytes.Add(int64(markedRevKeyLen + len(value)))
 	w.nRecs++
+	w.b.lastKeyRev = max(w.b.lastKeyRev, rev.Main)
+}
+
+// Quiesce runs fn between two write transactions: no write transaction
+// is in progress while it runs, so whatever a transaction changes beside
+// the backend (the store's key index) holds exactly the transactions
+// whose records the backend has. fn gets the main revision of the newest
+// key record written since the backend opened or swapped its page store
+// (0: none). fn must be short: writes wait for it.
+func (b *Backend) Quiesce(fn func(lastKeyRev int64)) {
+	b.batchMu.Lock()
+	defer b.batchMu.Unlock()
+	fn(b.lastKeyRev)
 }
 
 // Put writes key=value into bucket. The slices must not change afterwards.

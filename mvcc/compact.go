@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -81,11 +82,17 @@ func (c *compactor) schedule(job compactJob) <-chan struct{} {
 	c.queue = append(c.queue, job)
 	c.waiters[rev] = append(c.waiters[rev], ch)
 	c.mu.Unlock()
+	c.wake()
+	return ch
+}
+
+// wake makes the compactor look at its queue, and whether an index base
+// is due (Store.checkpointDue).
+func (c *compactor) wake() {
 	select {
 	case c.kick <- struct{}{}:
 	default:
 	}
-	return ch
 }
 
 // idle returns a channel closed once no compaction is queued or running.
@@ -122,6 +129,11 @@ func (c *compactor) run() {
 			c.mu.Lock()
 			if len(c.queue) == 0 {
 				c.mu.Unlock()
+				if c.s.checkpointDue() {
+					if err := c.s.checkpoint("records since the last base"); err != nil && !errors.Is(err, errCheckpointSkipped) {
+						c.s.log.Warn("writing the key index base failed; the next open reads the records since the last one", "error", err)
+					}
+				}
 				break
 			}
 			job := c.queue[0]
@@ -170,6 +182,19 @@ func (c *compactor) compact(job compactJob) bool {
 			m.DBCompactionLast.Set(float64(time.Now().Unix()))
 		}
 	}()
+	// The hash needs every record's sum (a store opened on an index
+	// base reads the older ones in the background).
+	if !s.sums.wait(c.stopc) {
+		return false
+	}
+	if b := s.index().Base(); b != nil && b.Rev() < rev {
+		// No compaction deletes records above the base file's revision
+		// (indexbase.go): write a newer base, or remove the file.
+		if err := s.checkpoint("compaction"); err != nil {
+			s.log.Warn("writing the key index base before a compaction failed; removing it, so the next open reads every record", "error", err)
+			s.removeBase()
+		}
+	}
 	garbage := s.index().CompactGarbage(rev)
 	if m != nil {
 		m.IndexCompactionPause.Observe(float64(time.Since(start) / time.Millisecond))
@@ -226,7 +251,9 @@ func (c *compactor) compact(job compactJob) bool {
 	}
 	s.finishedRev.Store(rev)
 	s.log.Info("finished scheduled compaction", "compact-revision", rev, "deleted-records", deleted, "hash", hash.Hash, "took", time.Since(start))
-	if job.storeHash {
+	if job.storeHash && !s.sums.usable() {
+		s.log.Warn("not storing the compaction hash: the record sums could not be read", "compact-revision", rev)
+	} else if job.storeHash {
 		s.hashes.store(hash)
 		s.log.Info("storing new hash", "hash", hash.Hash, "revision", hash.Revision, "compact-revision", hash.CompactRevision)
 	} else {

@@ -87,6 +87,7 @@ func TestCrashDuringApply(t *testing.T) {
 	if testing.Short() {
 		kills = 10
 	}
+	onBase := 0
 	for k := 0; k < kills; k++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$")
 		cmd.Env = append(os.Environ(), crashChildEnv+"=apply:"+path)
@@ -116,15 +117,22 @@ func TestCrashDuringApply(t *testing.T) {
 		}
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
-		check := openTestStore(t, path, StoreConfig{})
+		check := openTestStore(t, path, crashStoreConfig(path))
 		checkRevMeta(t, check)
+		checkIndexRecords(t, check)
+		if check.s.index().Base() != nil {
+			onBase++
+		}
 		ci := check.s.ConsistentIndex()
 		check.close()
 		if ci >= crashTotal {
 			t.Fatalf("kill %d: the child finished before it was killed", k)
 		}
 	}
-	ts := openTestStore(t, path, StoreConfig{})
+	if onBase*2 < kills {
+		t.Fatalf("only %d of %d reopens after a kill used the index base", onBase, kills)
+	}
+	ts := openTestStore(t, path, crashStoreConfig(path))
 	checkRevMeta(t, ts) // as the kills left it
 	recovered := ts.s.ConsistentIndex()
 	applyUpTo(ts.s, crashTotal)
@@ -146,7 +154,7 @@ func TestCrashDuringApply(t *testing.T) {
 	if got != want || gotRev != wantRev {
 		t.Fatalf("after %d kills: HashKV %+v rev %d, uncrashed store %+v rev %d", kills, got, gotRev, want, wantRev)
 	}
-	t.Logf("%d kills; last recovered consistent index %d; HashKV %08x at revision %d matches", kills, recovered, got.Hash, gotRev)
+	t.Logf("%d kills (%d reopens on an index base); last recovered consistent index %d; HashKV %08x at revision %d matches", kills, onBase, recovered, got.Hash, gotRev)
 }
 
 // TestCrashMidCompaction kills a child while a compaction with tiny
@@ -160,7 +168,7 @@ func TestCrashMidCompaction(t *testing.T) {
 	rng := rand.New(rand.NewSource(seed))
 	dir := t.TempDir()
 	build := func(path string) {
-		ts := openTestStore(t, path, StoreConfig{})
+		ts := openTestStore(t, path, crashStoreConfig(path))
 		for i := uint64(1); i <= 3000; i++ {
 			r := requestAt(i)
 			if r.Compaction != nil {
@@ -187,8 +195,12 @@ func TestCrashMidCompaction(t *testing.T) {
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 
-	ts := openTestStore(t, path, StoreConfig{})
+	ts := openTestStore(t, path, crashStoreConfig(path))
+	if ts.s.index().Base() == nil {
+		t.Fatal("the store did not reopen on its index base")
+	}
 	<-ts.s.compactor.idle() // the resumed compaction
+	checkIndexRecords(t, ts)
 	got, _, err := ts.s.HashKV(0)
 	if err != nil {
 		t.Fatal(err)
@@ -220,6 +232,10 @@ func TestCrashMidCompaction(t *testing.T) {
 
 const compactTarget = 1500
 
+// crashStoreConfig keeps an index base, written every 50 records, so
+// kills land in the middle of writing one too, and reopens open on one.
+func crashStoreConfig(path string) StoreConfig { return baseConfig(path, 50) }
+
 func recordKeys(t *testing.T, ts *testStore) string {
 	rd, err := ts.be.BeginRead()
 	if err != nil {
@@ -242,7 +258,7 @@ func TestCrashChild(t *testing.T) {
 	}
 	switch mode {
 	case "apply":
-		ts := openTestStore(t, path, StoreConfig{})
+		ts := openTestStore(t, path, crashStoreConfig(path))
 		start := ts.s.ConsistentIndex()
 		fmt.Printf("started %d\n", start)
 		for i := start + 1; i <= crashTotal; i++ {
@@ -265,7 +281,9 @@ func TestCrashChild(t *testing.T) {
 		ts := openTestStore(t, path, StoreConfig{})
 		ts.close()
 	case "compact":
-		ts := openTestStore(t, path, StoreConfig{CompactBatch: 7})
+		cfg := crashStoreConfig(path)
+		cfg.CompactBatch = 7
+		ts := openTestStore(t, path, cfg)
 		_, done, err := ts.s.Compact(3001, 1, &pb.CompactionRequest{Revision: compactTarget})
 		if err == nil {
 			// The scheduled compaction must be durable before the parent

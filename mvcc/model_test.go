@@ -163,13 +163,34 @@ func bs(s string) []byte {
 // TestModel runs random puts, deletes, ranges at random revisions, txns,
 // compactions and reopens against the store and a reference that keeps
 // every revision's full state, comparing every result and error.
+//
+// With base, the store keeps an index base (indexbase.go) written every
+// few hundred records, so reopens open on a base with records since it,
+// and compactions run on an index that rests on one.
 func TestModel(t *testing.T) {
+	for _, base := range []bool{false, true} {
+		t.Run(fmt.Sprintf("base=%v", base), func(t *testing.T) { testModel(t, base) })
+	}
+}
+
+// baseConfig is a StoreConfig that keeps an index base beside path,
+// written every `every` records.
+func baseConfig(path string, every int) StoreConfig {
+	return StoreConfig{IndexBase: path + ".index", IndexBaseEvery: every}
+}
+
+func testModel(t *testing.T, base bool) {
 	seed := testSeed(t)
 	rng := rand.New(rand.NewSource(seed))
 	g := &opGen{rng: rng}
 	path := filepath.Join(t.TempDir(), "db")
-	ts := openTestStore(t, path, StoreConfig{})
+	cfg := StoreConfig{}
+	if base {
+		cfg = baseConfig(path, 200+rng.Intn(400))
+	}
+	ts := openTestStore(t, path, cfg)
 	defer func() { ts.close() }()
+	onBase := 0
 	m := newModel()
 	ci := uint64(0)
 	ops := 50000
@@ -253,7 +274,11 @@ func TestModel(t *testing.T) {
 			counts["reopen"]++
 			checkRevMeta(t, ts)
 			ts.close()
-			ts = openTestStore(t, path, StoreConfig{})
+			ts = openTestStore(t, path, cfg)
+			if ts.s.index().Base() != nil {
+				onBase++
+			}
+			checkIndexRecords(t, ts)
 			if ts.s.Rev() != m.rev() {
 				t.Fatalf("op %d reopen: revision %d, want %d", i, ts.s.Rev(), m.rev())
 			}
@@ -262,7 +287,10 @@ func TestModel(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d ops %v, final revision %d, compacted at %d", ops, counts, m.rev(), m.compactRev)
+	t.Logf("%d ops %v, final revision %d, compacted at %d; %d reopens on an index base", ops, counts, m.rev(), m.compactRev, onBase)
+	if base && onBase*2 < counts["reopen"] {
+		t.Fatalf("only %d of %d reopens used the index base", onBase, counts["reopen"])
+	}
 }
 
 func checkRange(t *testing.T, i int, s *Store, m *model, g *opGen) {

@@ -73,15 +73,22 @@ func (b *Backend) SwapDB(db *pagestore.DB) (*pagestore.DB, error) {
 // attached to leases (through StoreConfig.Leases). Apply goroutine only.
 func (s *Store) Restore() error {
 	s.compactor.stop()
+	// The base was written from the page store just replaced.
+	s.removeBase()
 	s.compactRev.Store(-1)
-	idx := btreeidx.NewIndex()
-	scheduled, finished, err := s.restore(idx)
+	idx, scheduled, finished, err := s.restore()
+	if idx == nil {
+		idx = btreeidx.NewIndex()
+	}
 	s.idx.Store(idx)
 	s.compactor = newCompactor(s)
 	if err != nil {
 		return err
 	}
 	s.resumeCompaction(scheduled, finished)
+	if s.checkpointDue() {
+		s.compactor.wake()
+	}
 	return nil
 }
 

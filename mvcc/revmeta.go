@@ -33,7 +33,9 @@ import (
 // buildRevMeta writes it in the last commit of a build, which starts by
 // emptying the bucket, so a marker means every record has its metadata.
 // The marker's key is shorter than any revision key, so it is never a
-// record's key; readers of the bucket skip it.
+// record's key; readers of the bucket skip it. Its value is a random
+// token, new with each build: an index base (indexbase.go) is used only
+// with the metadata it was written from.
 
 // revMetaComplete marks the bucket as covering every record.
 var revMetaComplete = []byte("complete")
@@ -168,7 +170,7 @@ func (s *Store) buildRevMeta() error {
 				}
 			}
 			if done {
-				return mb.Put(revMetaComplete, []byte{1})
+				return mb.Put(revMetaComplete, newBaseToken())
 			}
 			return nil
 		})

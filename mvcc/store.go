@@ -16,6 +16,7 @@ import (
 
 	"github.com/strata-db/strata/btreeidx"
 	"github.com/strata-db/strata/pagestore"
+	"github.com/strata-db/strata/vfs"
 )
 
 // Errors returned by the store. The server maps them to etcd's messages.
@@ -62,6 +63,15 @@ type StoreConfig struct {
 	// Metrics receives the store's and the watchable store's figures; nil
 	// records nothing.
 	Metrics *Metrics
+	// IndexBase is the path of the key index's base file (indexbase.go);
+	// empty: none, and opening reads every record's metadata.
+	IndexBase string
+	// FS is the file system of the index base (default vfs.Default).
+	FS vfs.FS
+	// IndexBaseEvery is the least number of records written between two
+	// bases (default 50,000; the larger of it and an eighth of the live
+	// keys).
+	IndexBaseEvery int
 }
 
 // Store is the revision-keyed MVCC store.
@@ -104,10 +114,22 @@ type Store struct {
 	sums recordSums
 
 	compactor *compactor
+
+	// The index base (indexbase.go). token is the page store's; sinceBase
+	// counts the records written since the last base (or the store
+	// opened without one), baseNext is the count that makes a new one
+	// due.
+	basePath  string
+	baseFS    vfs.FS
+	baseEvery int
+	token     [16]byte
+	sinceBase atomic.Int64
+	baseNext  atomic.Int64
 }
 
-// OpenStore opens the store on a backend, rebuilding the key index from
-// the page store, and resumes an interrupted compaction.
+// OpenStore opens the store on a backend, building the key index from
+// the page store (on the index base, when there is one), and resumes an
+// interrupted compaction.
 func OpenStore(be *Backend, cfg StoreConfig) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -122,24 +144,40 @@ func OpenStore(be *Backend, cfg StoreConfig) (*Store, error) {
 		be: be, log: cfg.Logger, leases: cfg.Leases,
 		events: cfg.OnEvents, compactBatch: cfg.CompactBatch, compactPause: cfg.CompactPause, metrics: cfg.Metrics,
 	}
-	s.idx.Store(btreeidx.NewIndex())
+	s.baseOptions(cfg)
 	s.compactRev.Store(-1)
-	scheduled, finished, err := s.restore(s.index())
+	idx, scheduled, finished, err := s.restore()
 	if err != nil {
 		return nil, err
 	}
+	s.idx.Store(idx)
 	s.compactor = newCompactor(s)
 	s.resumeCompaction(scheduled, finished)
+	if s.checkpointDue() {
+		s.compactor.wake()
+	}
 	return s, nil
 }
 
-// restore builds idx (empty) from the key bucket, then publishes the
+// restore builds the key index from the page store, then publishes the
 // revision and compaction revision it found. Called before the store is
-// used, or by Restore (apply goroutine) with a fresh index it then swaps in.
-func (s *Store) restore(idx *btreeidx.Index) (scheduled, finished int64, err error) {
+// used, or by Restore (apply goroutine), which then swaps the index in.
+//
+// With an index base that goes with the page store (indexbase.go), it
+// reads the revision metadata above the base's revision only, and the
+// record sums of the rest in the background (loadSums).
+func (s *Store) restore() (idx *btreeidx.Index, scheduled, finished int64, err error) {
+	start := time.Now()
 	if err := s.buildRevMeta(); err != nil {
-		return 0, 0, err
+		return nil, 0, 0, err
 	}
+	if s.basePath != "" {
+		if err := s.ensureBaseToken(); err != nil {
+			return nil, 0, 0, err
+		}
+	}
+	var base *btreeidx.Base
+	var tail int64
 	err = s.be.DB().View(func(tx *pagestore.Tx) error {
 		meta, err := tx.Bucket(MetaBucket)
 		if err != nil {
@@ -155,11 +193,34 @@ func (s *Store) restore(idx *btreeidx.Index) (scheduled, finished int64, err err
 		if err != nil {
 			return err
 		}
-		cur := int64(1) // etcd starts at revision 1: the first write is 2
+		c := mb.Cursor()
+		lastRev := int64(0)
+		for k, _ := c.Last(); k != nil; k, _ = c.Prev() {
+			if bytes.Equal(k, revMetaComplete) {
+				continue
+			}
+			rev, _, err := parseRevKey(k)
+			if err != nil {
+				return fmt.Errorf("%w: %s bucket: %v", pagestore.ErrCorrupt, RevMetaBucket, err)
+			}
+			lastRev = rev.Main
+			break
+		}
+		if err := c.Err(); err != nil {
+			return err
+		}
+		idx = btreeidx.NewIndex()
+		from := int64(0)
+		if s.basePath != "" {
+			if base = s.openBase(lastRev, finished); base != nil {
+				idx, from = btreeidx.NewIndexWithBase(base), base.Rev()
+			}
+		}
+		cur := max(int64(1), from) // etcd starts at revision 1: the first write is 2
 		// Sums in chunks, joined once at the end: growing one slice to
 		// millions of entries would copy it over and over.
 		var chunks [][]recordSum
-		sums := make([]recordSum, 0, 1<<16)
+		sums := make([]recordSum, 0, 1<<12)
 		// This goroutine reads the records' metadata (revmeta.go: the
 		// records themselves are not read); another builds the index
 		// from it, in batches, so the two halves of the work overlap.
@@ -170,8 +231,11 @@ func (s *Store) restore(idx *btreeidx.Index) (scheduled, finished int64, err err
 		go func() { built <- s.restoreIndex(idx, batches) }()
 		batch := make([]restoreRec, 0, restoreBatch)
 		readErr := func() error {
-			c := mb.Cursor()
-			for k, v := c.First(); k != nil; k, v = c.Next() {
+			k, v := c.First()
+			if from > 0 {
+				k, v = c.Seek(revKey(Revision{Main: from + 1}, false))
+			}
+			for ; k != nil; k, v = c.Next() {
 				if bytes.Equal(k, revMetaComplete) {
 					continue
 				}
@@ -194,6 +258,7 @@ func (s *Store) restore(idx *btreeidx.Index) (scheduled, finished int64, err err
 					batch = make([]restoreRec, 0, restoreBatch)
 				}
 				cur = max(cur, rev.Main)
+				tail++
 			}
 			return c.Err()
 		}()
@@ -209,11 +274,19 @@ func (s *Store) restore(idx *btreeidx.Index) (scheduled, finished int64, err err
 		}
 		cur = max(cur, scheduled)
 		s.rev.Store(cur)
-		s.sums.reset(slices.Concat(append(chunks, sums)...))
+		gen := s.sums.reset(slices.Concat(append(chunks, sums)...), base == nil)
+		if base != nil {
+			go s.loadSums(gen, from)
+		}
 		return nil
 	})
 	if err != nil {
-		return 0, 0, err
+		return nil, 0, 0, err
+	}
+	if base != nil && finished > idx.CompactedRev() {
+		// The base predates the last finished compaction: drop what it
+		// dropped (its records are gone).
+		idx.CompactGarbage(finished)
 	}
 	s.finishedRev.Store(finished)
 	if finished >= 0 {
@@ -229,7 +302,61 @@ func (s *Store) restore(idx *btreeidx.Index) (scheduled, finished int64, err err
 			return true
 		})
 	}
-	return scheduled, finished, nil
+	s.sinceBase.Store(tail)
+	if base != nil {
+		s.baseNext.Store(max(int64(s.baseEvery), base.Keys()/8))
+		s.log.Info("opened the key index on its base", "path", s.basePath, "base-revision", base.Rev(),
+			"base-keys", base.Keys(), "records-since-base", tail, "revision", s.rev.Load(), "took", time.Since(start))
+	} else {
+		s.baseNext.Store(max(int64(s.baseEvery), int64(idx.Live()/8)))
+	}
+	return idx, scheduled, finished, nil
+}
+
+// loadSums reads the record sums of the records at or below upTo from
+// the revision metadata and hands them to the sums (generation gen).
+// Compactions wait for it; nothing deletes records meanwhile.
+func (s *Store) loadSums(gen uint64, upTo int64) {
+	start := time.Now()
+	var chunks [][]recordSum
+	sums := make([]recordSum, 0, 1<<16)
+	err := s.be.DB().View(func(tx *pagestore.Tx) error {
+		mb, err := tx.Bucket(RevMetaBucket)
+		if err != nil {
+			return err
+		}
+		c := mb.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if bytes.Equal(k, revMetaComplete) {
+				continue
+			}
+			rev, tomb, err := parseRevKey(k)
+			if err != nil {
+				return fmt.Errorf("%w: %s bucket: %v", pagestore.ErrCorrupt, RevMetaBucket, err)
+			}
+			if rev.Main > upTo {
+				break
+			}
+			sum, _, err := decodeRevMeta(rev, tomb, v)
+			if err != nil {
+				return fmt.Errorf("%w: %s bucket, revision %v: %v", pagestore.ErrCorrupt, RevMetaBucket, rev, err)
+			}
+			if len(sums) == cap(sums) {
+				chunks = append(chunks, sums)
+				sums = make([]recordSum, 0, 1<<16)
+			}
+			sums = append(sums, sum)
+		}
+		return c.Err()
+	})
+	if err != nil {
+		s.log.Error("reading the record sums for compaction hashes; compactions store no hash until the store reopens", "error", err)
+		s.sums.fill(gen, nil, true)
+		return
+	}
+	all := slices.Concat(append(chunks, sums)...)
+	s.sums.fill(gen, all, false)
+	s.log.Debug("read the record sums", "records", len(all), "took", time.Since(start))
 }
 
 // restoreRec is one record as restore hands it to the index builder.
@@ -295,10 +422,18 @@ func (s *Store) KeyCount() int { return s.index().Live() }
 // Metrics returns the store's instruments (nil if it has none).
 func (s *Store) Metrics() *Metrics { return s.metrics }
 
-// Close stops background compaction and commits pending writes.
+// Close stops background compaction and commits pending writes; with
+// an index base and enough written since it, it writes a new one, so
+// that the next open reads little.
 func (s *Store) Close() error {
 	s.compactor.stop()
-	return s.be.ForceCommit()
+	err := s.be.ForceCommit()
+	if err == nil && s.basePath != "" && s.sinceBase.Load() >= baseOnClose {
+		if cerr := s.checkpoint("close"); cerr != nil && !errors.Is(cerr, errCheckpointSkipped) {
+			s.log.Warn("not writing the key index base on close; the next open reads the records since the last one", "error", cerr)
+		}
+	}
+	return err
 }
 
 // Value encoding: a marshaled mvccpb.KeyValue. Marshaled KeyValues start

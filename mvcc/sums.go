@@ -20,13 +20,17 @@ import (
 // multiplication per record at or below the revision, in memory, and
 // reads no value (BenchmarkRecordSumsCompact).
 //
-// The sums are built from the records when the store opens (restore reads
-// every record then anyway) and added by every write, in the same apply
-// as the record; a compaction removes its garbage's sums when it computes
-// its hash. So at the start of each compaction the sums at or below its
-// revision are exactly the records the page store holds there: the
-// previous compaction has finished (compactions run one at a time), and
-// after a crash both are rebuilt from the page store.
+// The sums come from the revision metadata (revmeta.go) when the store
+// opens: with the rest of it when the store reads it all, or, when the
+// store opens on an index base (indexbase.go) and reads only what was
+// written after the base, from a background read of the rest (loadSums)
+// that compactions wait for, so that opening does not wait for it. Every
+// write adds its records' sums in the same apply as the records; a
+// compaction removes its garbage's sums when it computes its hash. So at
+// the start of each compaction the sums at or below its revision are
+// exactly the records the page store holds there: the previous
+// compaction has finished (compactions run one at a time), and after a
+// crash both are read again from the page store.
 
 // recordSum is one key-bucket record's revision and the CRC-32C and
 // length of its key and value bytes, as the hash reads them.
@@ -51,6 +55,13 @@ type recordSums struct {
 	mu   sync.Mutex
 	list []recordSum
 	kbuf []byte // apply goroutine's scratch key
+	// ready is closed once list holds every record's sum (see reset);
+	// compactions wait for it. gen counts resets, so that a load begun
+	// before one discards its result. broken: the load failed, and
+	// compactions store no hash.
+	ready  chan struct{}
+	gen    uint64
+	broken bool
 }
 
 // add records and returns the sum of a record written at r: its key
@@ -73,11 +84,60 @@ func makeRecordSum(r Revision, tomb bool, k, v []byte) recordSum {
 	return recordSum{main: r.Main, sub: sub, crc: crc, n: uint32(len(k) + len(v))}
 }
 
-// reset replaces the sums (the store's restore builds them afresh).
-func (rs *recordSums) reset(list []recordSum) {
+// reset replaces the sums (the store's restore builds them afresh). If
+// complete is false, list holds only the records above some revision,
+// and the caller loads the rest and hands it to fill with the returned
+// generation.
+func (rs *recordSums) reset(list []recordSum, complete bool) (gen uint64) {
 	rs.mu.Lock()
+	defer rs.mu.Unlock()
 	rs.list = list
+	rs.gen++
+	rs.broken = false
+	rs.ready = make(chan struct{})
+	if complete {
+		close(rs.ready)
+	}
+	return rs.gen
+}
+
+// fill puts below (the sums of every record below the ones reset was
+// given, ascending) in front of the list and makes the sums ready, if no
+// reset came after generation gen. A failed load passes broken.
+func (rs *recordSums) fill(gen uint64, below []recordSum, broken bool) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if gen != rs.gen {
+		return
+	}
+	rs.list = append(below, rs.list...)
+	rs.broken = broken
+	close(rs.ready)
+}
+
+// wait returns once the sums are ready (true), or stop is closed
+// (false).
+func (rs *recordSums) wait(stop <-chan struct{}) bool {
+	rs.mu.Lock()
+	ready := rs.ready
 	rs.mu.Unlock()
+	if ready == nil {
+		return true
+	}
+	select {
+	case <-ready:
+		return true
+	case <-stop:
+		return false
+	}
+}
+
+// usable reports whether the sums cover every record (false after a
+// failed load: a compaction hash from them would be wrong).
+func (rs *recordSums) usable() bool {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return !rs.broken
 }
 
 // compact computes etcd's compaction hash at rev (the compact revision
@@ -91,7 +151,23 @@ func (rs *recordSums) compact(prev, rev int64, garbage []btreeidx.Garbage) KeyVa
 	list := rs.list
 	rs.mu.Unlock()
 	m := sort.Search(len(list), func(i int) bool { return list[i].main > rev })
-	keepNone := len(garbage) == m
+	// Whether the compaction keeps none of the records at or below rev;
+	// counted by matching, as garbage may name a revision with no record
+	// (one a crashed compaction had already deleted).
+	matched := 0
+	for i, g := 0, 0; i < m && g < len(garbage); {
+		switch c := garbage[g].Rev.Compare(list[i].rev()); {
+		case c < 0:
+			g++
+		case c > 0:
+			i++
+		default:
+			matched++
+			i++
+			g++
+		}
+	}
+	keepNone := matched == m
 	acc := crc32.Checksum(KeyBucket, castagnoli)
 	var pow powCache
 	kept := make([]recordSum, 0, m-min(len(garbage), m))

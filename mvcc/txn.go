@@ -251,6 +251,7 @@ func (t *txnWrite) end(ci, term uint64) {
 	if len(t.changes) > 0 {
 		rev := t.beginRev + 1
 		t.s.rev.Store(rev)
+		t.s.noteWrites(len(t.changes))
 		if t.s.events != nil {
 			t.s.events(rev, t.events)
 		}
