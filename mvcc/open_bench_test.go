@@ -19,7 +19,10 @@ import (
 // the page store's file out of the page cache (posix_fadvise DONTNEED),
 // as after a reboot or on a member whose cache went to other work. It
 // reports the open time and the store's size; the store is built once
-// per run in STRATA_OPEN_DIR (default a temporary directory).
+// per run in STRATA_OPEN_DIR (default a temporary directory), keeping an
+// index base. base=false opens it reading every record's metadata (no
+// index base, as before a store has one); base=true opens it on its
+// base, whose file is evicted too.
 //
 //	STRATA_OPEN_KEYS=1000000 STRATA_OPEN_VALUE=256 go test ./mvcc -run '^$' -bench OpenCold -benchtime 3x
 func BenchmarkOpenCold(b *testing.B) {
@@ -31,7 +34,7 @@ func BenchmarkOpenCold(b *testing.B) {
 	path := filepath.Join(dir, fmt.Sprintf("open-%d-%d.db", keys, value))
 	if _, err := os.Stat(path); err != nil {
 		start := time.Now()
-		ts := openTestStore(b, path, StoreConfig{})
+		ts := openTestStore(b, path, baseConfig(path, 0))
 		rng := rand.New(rand.NewSource(1))
 		val := make([]byte, value)
 		ci := uint64(0)
@@ -52,20 +55,33 @@ func BenchmarkOpenCold(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
-		evict(b, path)
-		b.StartTimer()
-		ts := openTestStore(b, path, StoreConfig{})
-		b.StopTimer()
-		if ts.s.KeyCount() != keys {
-			b.Fatalf("%d keys after open, want %d", ts.s.KeyCount(), keys)
-		}
-		ts.close()
-		b.StartTimer()
+	for _, base := range []bool{false, true} {
+		b.Run(fmt.Sprintf("base=%v", base), func(b *testing.B) {
+			cfg := StoreConfig{}
+			if base {
+				cfg = baseConfig(path, 0)
+			}
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				evict(b, path)
+				if base {
+					evict(b, path+".index")
+				}
+				b.StartTimer()
+				ts := openTestStore(b, path, cfg)
+				b.StopTimer()
+				if ts.s.KeyCount() != keys {
+					b.Fatalf("%d keys after open, want %d", ts.s.KeyCount(), keys)
+				}
+				if base && ts.s.index().Base() == nil {
+					b.Fatal("the store did not open on its index base")
+				}
+				ts.close()
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(st.Size())/(1<<20), "MiB")
+		})
 	}
-	b.ReportMetric(float64(st.Size())/(1<<20), "MiB")
 }
 
 // evict drops path's pages from the page cache.

@@ -267,7 +267,10 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 		return nil, err
 	}
 	s.watch, err = mvcc.NewWatchableStore(s.be, mvcc.StoreConfig{Logger: lg, Leases: s.lessor, Metrics: s.metrics.mvcc,
-		CompactBatch: cfg.CompactionBatchLimit, CompactPause: cfg.CompactionSleepInterval},
+		CompactBatch: cfg.CompactionBatchLimit, CompactPause: cfg.CompactionSleepInterval,
+		// The key index's base, beside the page store (mvcc/indexbase.go):
+		// what lets a restart read only what was written since.
+		IndexBase: cfg.BackendPath() + ".index", FS: s.dbFS},
 		mvcc.WatchConfig{ProgressNotifyInterval: cfg.WatchProgressNotifyInterval})
 	if err != nil {
 		return nil, err
