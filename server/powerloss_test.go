@@ -167,6 +167,11 @@ func connectMember(t *testing.T, s *Server, client string) *testMember {
 	return &testMember{s: s, conn: conn, kv: pb.NewKVClient(conn), maint: pb.NewMaintenanceClient(conn), client: client}
 }
 
+// powerLossBaseEvery makes the members write a key index base every few
+// writes (mvcc/indexbase.go), so that cuts land while one is written and
+// restarts open on one.
+const powerLossBaseEvery = 20
+
 func TestPowerLossCycles(t *testing.T) {
 	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, seed^0x1d8e4e27c47d124f))
@@ -181,7 +186,7 @@ func TestPowerLossCycles(t *testing.T) {
 		pc := &powerCut{pl: vfs.NewPowerLossFS(vfs.Default)}
 		pc.fs = vfs.NewFaultFS(pc.pl, at.Hook)
 		ffs := pc.fs
-		if s := serveOn(t, args, storageHooks{walFS: ffs, dbFS: ffs}); s != nil {
+		if s := serveOn(t, args, storageHooks{walFS: ffs, dbFS: ffs, indexBaseEvery: powerLossBaseEvery}); s != nil {
 			starts++
 			m := connectMember(t, s, client)
 			// Puts until the power goes (or 300 of them).
@@ -215,7 +220,8 @@ func TestPowerLossCycles(t *testing.T) {
 // memberPowerPoints are the named points where the member power-loss
 // tests cut (in any member's data dir): in the WAL, a record write before its fdatasync, the
 // fdatasync; in the page store, a page write before the meta write, the
-// meta write, and its sync. (Segment rotation and the spare segment's
+// meta write, and its sync; in the key index base, a write or sync of
+// the new file, and its rename over the old one. (Segment rotation and the spare segment's
 // preallocation need a full 64 MiB segment: the WAL's own power-loss
 // test cuts there, with small segments.)
 func memberPowerPoints() *powercut.Plan {
@@ -237,6 +243,12 @@ func memberPowerPoints() *powercut.Plan {
 		}},
 		{Name: "page-store meta write", Match: func(ev vfs.Event) bool { return isDB(ev) && ev.Op == vfs.OpWrite && ev.Off < 2*ps }},
 		{Name: "page-store meta sync", Match: func(ev vfs.Event) bool { return isDB(ev) && ev.Op == vfs.OpSync && lastMeta }},
+		{Name: "key index base write before its rename", Match: func(ev vfs.Event) bool {
+			return strings.HasSuffix(ev.Path, dbName+".index.tmp") && (ev.Op == vfs.OpWrite || ev.Op == vfs.OpSync)
+		}},
+		{Name: "key index base rename", Match: func(ev vfs.Event) bool {
+			return strings.HasSuffix(ev.Path, dbName+".index.tmp") && ev.Op == vfs.OpRename
+		}},
 	}}
 }
 
@@ -270,7 +282,7 @@ func TestClusterPowerLossCycles(t *testing.T) {
 	cycles := envCount("STRATA_POWERLOSS_CLUSTER_CYCLES", 8)
 	swap := &swapFS{}
 	swap.set(vfs.Default)
-	c := newTestClusterHooked(t, 3, storageHooks{walFS: swap, dbFS: swap}, "--snapshot-count=100", "--snapshot-catchup-entries=20")
+	c := newTestClusterHooked(t, 3, storageHooks{walFS: swap, dbFS: swap, indexBaseEvery: powerLossBaseEvery}, "--snapshot-count=100", "--snapshot-catchup-entries=20")
 	log := newAckLog()
 	c.stopAll()
 	plan := memberPowerPoints()
@@ -357,7 +369,7 @@ func TestPowerLossDuringMaintenance(t *testing.T) {
 		mode := []string{"compaction", "defrag"}[cycle%2]
 		pc := newPowerCut(1 << 62) // armed when the operation starts
 		ffs := pc.fs
-		s := serveOn(t, args, storageHooks{walFS: ffs, dbFS: ffs})
+		s := serveOn(t, args, storageHooks{walFS: ffs, dbFS: ffs, indexBaseEvery: powerLossBaseEvery})
 		if s == nil {
 			t.Fatalf("cycle %d: the member did not start, and no cut was armed", cycle)
 		}
@@ -473,7 +485,7 @@ func TestMemberPowerLossInCluster(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x2d358dccaa6c78a5))
 	cycles := envCount("STRATA_POWERLOSS_MEMBER_CYCLES", 8)
 	route := newRouteFS()
-	c := newTestClusterHooked(t, 3, storageHooks{walFS: route, dbFS: route}, "--snapshot-count=100", "--snapshot-catchup-entries=20")
+	c := newTestClusterHooked(t, 3, storageHooks{walFS: route, dbFS: route, indexBaseEvery: powerLossBaseEvery}, "--snapshot-count=100", "--snapshot-catchup-entries=20")
 	log := newAckLog()
 	leaders := 0
 	for cycle := 0; cycle < cycles; cycle++ {
@@ -645,7 +657,7 @@ func TestPowerLossDuringSnapshotInstall(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x51f15e37a0d3c2b9))
 	cycles := envCount("STRATA_POWERLOSS_INSTALL_CYCLES", 6)
 	route := newRouteFS()
-	c := newTestClusterHooked(t, 3, storageHooks{walFS: route, dbFS: route}, "--snapshot-count=40", "--snapshot-catchup-entries=10")
+	c := newTestClusterHooked(t, 3, storageHooks{walFS: route, dbFS: route, indexBaseEvery: powerLossBaseEvery}, "--snapshot-count=40", "--snapshot-catchup-entries=10")
 	log := newAckLog()
 	phaseCuts := map[string]int{}
 	installs := 0

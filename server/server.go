@@ -151,6 +151,9 @@ type storageHooks struct {
 	walFS, dbFS vfs.FS
 
 	leaseCheckpointInterval time.Duration
+	// indexBaseEvery replaces the key index base's default interval
+	// (mvcc.StoreConfig.IndexBaseEvery), so that short tests write bases.
+	indexBaseEvery int
 	// restoreWindow runs during a snapshot install, after the image is
 	// swapped in and before the state is rebuilt from it.
 	restoreWindow func()
@@ -270,7 +273,7 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 		CompactBatch: cfg.CompactionBatchLimit, CompactPause: cfg.CompactionSleepInterval,
 		// The key index's base, beside the page store (mvcc/indexbase.go):
 		// what lets a restart read only what was written since.
-		IndexBase: cfg.BackendPath() + ".index", FS: s.dbFS},
+		IndexBase: cfg.BackendPath() + ".index", FS: s.dbFS, IndexBaseEvery: hooks.indexBaseEvery},
 		mvcc.WatchConfig{ProgressNotifyInterval: cfg.WatchProgressNotifyInterval})
 	if err != nil {
 		return nil, err
