@@ -318,7 +318,7 @@ bench-compare: build e2e-bin
 # which may be tmpfs) and are removed as each phase ends.
 # STRATA_SCALE_ROWS=3,7 runs some rows, STRATA_SCALE_CLUSTER=0 skips the
 # cluster row, STRATA_SCALE_DATA_SEED replays a data set. make test runs
-# the short mode (200 MiB), which never fails on a goal.
+# the short mode (64 MiB), which never fails on a goal.
 SCALE_MB ?= 10240
 STRATA_SCALE_OUT ?= tmp/bench-scale-$(SCALE_MB)MB.md
 STRATA_SCALE_DIR ?= tmp/bench-scale

@@ -27,7 +27,8 @@ import (
 // (a comma list of row numbers) runs some of them.
 //
 // STRATA_SCALE_MB sets the data set's size. Unset, it is the short mode
-// of make test (200 MiB, smaller watcher counts, 10 s windows), which
+// of make test (64 MiB, a 32 MiB reference for row 11, smaller watcher
+// counts, 5 s windows), which
 // fails only when the harness is broken (a load error, contents that
 // differ, a server that does not come back, a row without a figure or a
 // figure that is not positive): on a shared 2-core machine the timings
@@ -103,7 +104,9 @@ func TestBenchScale(t *testing.T) {
 
 // bscaleConfig is the run's configuration, from the environment.
 type bscaleConfig struct {
-	mb      int
+	mb int
+	// baseMB is the size of row 11's reference data set.
+	baseMB  int
 	short   bool
 	rows    map[int]bool
 	out     string
@@ -125,7 +128,7 @@ type bscaleConfig struct {
 const bscaleRows = 13
 
 func bscaleConfigFromEnv(t *testing.T) bscaleConfig {
-	cfg := bscaleConfig{mb: 200, short: true, cluster: true, putRate: 300, putSize: 2048, watchRate: 200}
+	cfg := bscaleConfig{mb: 64, baseMB: 100, short: true, cluster: true, putRate: 300, putSize: 2048, watchRate: 200}
 	if v := os.Getenv("STRATA_SCALE_MB"); v != "" {
 		mb, err := strconv.Atoi(v)
 		if err != nil || mb < 10 {
@@ -169,9 +172,10 @@ func bscaleConfigFromEnv(t *testing.T) bscaleConfig {
 		cfg.cmd = fmt.Sprintf("cd e2e && %s go test -count=1 -run '^TestBenchScale$'%s -v .", strings.Join(env, " "), timeout)
 	}
 	if cfg.short {
+		cfg.baseMB = cfg.mb / 2
 		cfg.idleWindow = 3 * time.Second
 		cfg.watchers, cfg.watchPrefixes, cfg.watchStreams, cfg.watchIdleStreams = 1000, 100, 10, 10
-		cfg.watchFor = 10 * time.Second
+		cfg.watchFor = 5 * time.Second
 	} else {
 		cfg.idleWindow = 20 * time.Second
 		cfg.watchers, cfg.watchPrefixes, cfg.watchStreams, cfg.watchIdleStreams = 10000, 1000, 100, 100
@@ -199,7 +203,7 @@ type bscaleBench struct {
 	digest      [32]byte
 	digestFrom  string
 	contentNote string
-	// The 100 MiB baseline of row 11.
+	// The reference data set of row 11 (cfg.baseMB).
 	plan100 *bscalePlan
 }
 
@@ -319,21 +323,21 @@ func (sb *bscaleBench) row(n int, what string, side *bscaleSide, f func()) {
 	sb.t.Logf("SCALE row %d (%s) on %s: done in %s", n, what, side.label, time.Since(start).Round(10*time.Millisecond))
 }
 
-// baseline100 is row 11's reference: the same load on a fresh 100 MiB
+// baseline100 is row 11's reference: the same load on a fresh cfg.baseMB
 // data set, on a server of its own.
 func (sb *bscaleBench) baseline100(side *bscaleSide) {
 	t := sb.t
-	sb.plan100 = newBscalePlan(sb.cfg.seed, 100)
-	sb.row(11, "put throughput at 100 MiB", side, func() {
+	sb.plan100 = newBscalePlan(sb.cfg.seed, sb.cfg.baseMB)
+	sb.row(11, fmt.Sprintf("put throughput at %d MiB", sb.cfg.baseMB), side, func() {
 		dir := sb.mkdir(side.label + "-100MB")
 		srv := sb.newServer(side, dir)
 		if err := srv.Start(); err != nil {
-			t.Fatalf("%s: start for the 100 MiB baseline: %v", side.label, err)
+			t.Fatalf("%s: start for the %d MiB baseline: %v", side.label, sb.cfg.baseMB, err)
 		}
-		res := bscaleLoad(t, side.label+" (100 MiB baseline)", []string{srv.ClientURL}, sb.plan100, bscaleLoadDataSet, 1)
+		res := bscaleLoad(t, fmt.Sprintf("%s (%d MiB baseline)", side.label, sb.cfg.baseMB), []string{srv.ClientURL}, sb.plan100, bscaleLoadDataSet, 1)
 		side.set("load100", res.rate())
 		if err := srv.Stop(); err != nil {
-			t.Fatalf("%s: stop after the 100 MiB baseline: %v", side.label, err)
+			t.Fatalf("%s: stop after the %d MiB baseline: %v", side.label, sb.cfg.baseMB, err)
 		}
 		if err := os.RemoveAll(dir); err != nil {
 			t.Fatal(err)
@@ -716,7 +720,7 @@ func (sb *bscaleBench) table() ([]bsTableRow, []string) {
 	cmp(10, "10a", "RssAnon of the idle server after the load (after a GC, settled)", "mem.idle", size, ratioLE(0.5))
 	cmp(10, "10b", "RssAnon of the idle server after a restart (after a GC, settled)", "mem.restart", size, ratioLE(0.5))
 	if sb.cfg.rows[11] && sb.anySingleRow() {
-		r := bsTableRow{id: "11", what: fmt.Sprintf("Strata writes/s at %s ÷ at 100 MiB (the same load on a fresh 100 MiB data set)", bscaleSize(int64(sb.cfg.mb)<<20)), etcd: "—", goal: "≥ 0.9×", met: "—", ratio: "—"}
+		r := bsTableRow{id: "11", what: fmt.Sprintf("Strata writes/s at %s ÷ at %d MiB (the same load on a fresh %d MiB data set)", bscaleSize(int64(sb.cfg.mb)<<20), sb.cfg.baseMB, sb.cfg.baseMB), etcd: "—", goal: "≥ 0.9×", met: "—", ratio: "—"}
 		a, aok := get(strata, "load", true)
 		b, bok := get(strata, "load100", true)
 		r.strata = "—"

@@ -31,7 +31,7 @@ declare -A weight=(
 	[TestStatefulSetScale]=16 [TestLinearizability]=16 [TestMixedConfChangeRefusals]=14
 	[TestGateway]=13 [TestSlowFollowerDoesNotStallLeader]=12 [TestMixedDivergenceCaught]=12
 	[TestMixedClusterVersionAndDowngrade]=12 [TestPartitionDelayDrop]=11 [TestDowngradeMixed]=80 [TestDowngradeClusterDiff]=13
-	[TestPartitionIsolatedLeader]=10 [TestFullDiskWAL]=10 [TestRangeStreamMemory]=13 [TestBenchScale]=230
+	[TestPartitionIsolatedLeader]=10 [TestFullDiskWAL]=10 [TestRangeStreamMemory]=13 [TestBenchScale]=110
 )
 
 # The package's own helper packages first: quick, and -run lists below
