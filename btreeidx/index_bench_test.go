@@ -1,8 +1,16 @@
 package btreeidx
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"testing"
+	"time"
+
+	"github.com/strata-db/strata/vfs"
 )
 
 // BenchmarkIndex measures the key index on 100k keys with three revisions
@@ -125,4 +133,85 @@ func BenchmarkIndexShortKeys(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkIndexBase compares reads of an index held in memory with the
+// same index resting on a base (NewIndexWithBase, nothing in memory), on
+// STRATA_BASE_KEYS keys (default 200,000) with two revisions each, at
+// the head revision: a point Get, a page of 500 (Revisions), keys-only
+// and count-only over all keys, and WriteBase itself.
+func BenchmarkIndexBase(b *testing.B) {
+	nkeys := 200_000
+	if v, err := strconv.Atoi(os.Getenv("STRATA_BASE_KEYS")); err == nil && v > 0 {
+		nkeys = v
+	}
+	keys := make([][]byte, nkeys)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "/registry/configmaps/ns-%04d/cm-%08d", i%1000, i)
+	}
+	slices.SortFunc(keys, bytes.Compare)
+	mem := NewIndex()
+	rev := int64(0)
+	for round := range 2 {
+		for i := range keys {
+			rev++
+			if err := mem.Put(keys[(i*7919+round)%nkeys], r(rev)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	path := filepath.Join(b.TempDir(), "base")
+	start := time.Now()
+	if err := WriteBase(vfs.Default, path, mem.Clone(), rev, [16]byte{}); err != nil {
+		b.Fatal(err)
+	}
+	wrote := time.Since(start)
+	start = time.Now()
+	base, err := OpenBase(vfs.Default, path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	opened := time.Since(start)
+	st, _ := os.Stat(path)
+	b.Logf("%d keys: WriteBase %v, OpenBase %v (warm cache), %.1f MiB", nkeys, wrote, opened, float64(st.Size())/(1<<20))
+	for _, c := range []struct {
+		name string
+		x    *Index
+	}{{"memory", mem}, {"base", NewIndexWithBase(base)}} {
+		x := c.x
+		b.Run(c.name+"/get", func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if _, _, _, err := x.Get(keys[(i*31)%nkeys], rev); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(c.name+"/page500", func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				lo := (i * 500) % (nkeys - 500)
+				if revs, _ := x.Revisions(keys[lo], []byte{0}, rev, 500, false); len(revs) != 500 {
+					b.Fatalf("a page of %d", len(revs))
+				}
+			}
+		})
+		b.Run(c.name+"/keys-only-all", func(b *testing.B) {
+			b.ReportAllocs()
+			var out []KeyAt
+			for b.Loop() {
+				if out, _ = x.Keys([]byte{0}, []byte{0}, rev, 0, true, out[:0]); len(out) != nkeys {
+					b.Fatalf("%d keys", len(out))
+				}
+			}
+		})
+		b.Run(c.name+"/count-all", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if n := x.CountRevisions([]byte{0}, []byte{0}, rev, 0); n != nkeys {
+					b.Fatalf("count %d", n)
+				}
+			}
+		})
+	}
 }

@@ -428,7 +428,7 @@ func (s *Store) Metrics() *Metrics { return s.metrics }
 func (s *Store) Close() error {
 	s.compactor.stop()
 	err := s.be.ForceCommit()
-	if err == nil && s.basePath != "" && s.sinceBase.Load() >= baseOnClose {
+	if err == nil && s.closeCheckpointDue() {
 		if cerr := s.checkpoint("close"); cerr != nil && !errors.Is(cerr, errCheckpointSkipped) {
 			s.log.Warn("not writing the key index base on close; the next open reads the records since the last one", "error", cerr)
 		}
