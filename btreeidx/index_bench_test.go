@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/strata-db/strata/vfs"
 )
 
@@ -174,6 +176,24 @@ func BenchmarkIndexBase(b *testing.B) {
 	opened := time.Since(start)
 	st, _ := os.Stat(path)
 	b.Logf("%d keys: WriteBase %v, OpenBase %v (warm cache), %.1f MiB", nkeys, wrote, opened, float64(st.Size())/(1<<20))
+	b.Run("open-cold", func(b *testing.B) {
+		for b.Loop() {
+			b.StopTimer()
+			f, err := os.Open(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+				b.Fatal(err)
+			}
+			f.Close()
+			b.StartTimer()
+			if _, err := OpenBase(vfs.Default, path); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(st.Size())/(1<<20), "MiB")
+	})
 	for _, c := range []struct {
 		name string
 		x    *Index

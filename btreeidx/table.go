@@ -239,19 +239,22 @@ func decodeEntry(ents []byte, p int, prev, buf []byte) (key, value []byte, next 
 	return key, ents[p : p+int(vlen)], p + int(vlen), true
 }
 
-// each calls fn on every entry of the block in order.
+// each calls fn on every entry of the block in order. The key is valid
+// only during the call: two buffers take turns holding the current and
+// the previous key, so a walk of every block at open does not allocate
+// per entry.
 func (b *tableBlock) each(fn func(k, v []byte) error, name string, off int64) error {
 	ents := b.entries()
-	var key []byte
+	var key, spare []byte
 	for p := 0; p < len(ents); {
-		k, v, next, ok := decodeEntry(ents, p, key, nil)
+		k, v, next, ok := decodeEntry(ents, p, key, spare)
 		if !ok {
 			return fmt.Errorf("%w: %s: block at offset %d: bad entry at %d", errTableCorrupt, name, off, p)
 		}
 		if err := fn(k, v); err != nil {
 			return err
 		}
-		key, p = k, next
+		key, spare, p = k, key, next
 	}
 	return nil
 }
