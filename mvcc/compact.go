@@ -42,7 +42,10 @@ import (
 
 // The store's compactPause (--compaction-sleep-interval, 10 ms as in
 // etcd) separates delete batches so compaction never holds the write path
-// for long.
+// for long. Each batch is committed on its own: a commit's cost follows
+// the records it deletes (the page store reads and frees their leaves),
+// and a write waiting for that commit pays it, so larger commits raise
+// the puts' latency without shortening the compaction.
 
 // compactJob is one compaction to run: its revision, the compact
 // revision before it, and whether the compaction before it had finished
@@ -195,16 +198,25 @@ func (c *compactor) compact(job compactJob) bool {
 			s.removeBase()
 		}
 	}
+	baseTook := time.Since(start)
 	garbage := s.index().CompactGarbage(rev)
+	indexTook := time.Since(start) - baseTook
 	if m != nil {
 		m.IndexCompactionPause.Observe(float64(time.Since(start) / time.Millisecond))
 	}
 	slices.SortFunc(garbage, func(a, b btreeidx.Garbage) int { return a.Rev.Compare(b.Rev) })
 	hash := s.sums.compact(job.prev, rev, garbage)
+	var commitTook time.Duration
+	commits := 0
+	commit := func() error {
+		cs := time.Now()
+		defer func() { commitTook += time.Since(cs); commits++ }()
+		return s.be.ForceCommit()
+	}
 	// Every record at or below the revision must be in the page store
 	// before its deletion is: a delete of a record still in memory would
 	// leave the record to be written by the next commit.
-	if err := s.be.ForceCommit(); err != nil {
+	if err := commit(); err != nil {
 		s.log.Error("compaction: commit before deleting failed", "revision", rev, "error", err)
 	}
 	batch := max(s.compactBatch, 1)
@@ -228,7 +240,7 @@ func (c *compactor) compact(job compactJob) bool {
 			w.Delete(RevMetaBucket, k)
 		}
 		w.End(0, 0)
-		if err := s.be.ForceCommit(); err != nil {
+		if err := commit(); err != nil {
 			s.log.Error("compaction: commit failed", "revision", rev, "error", err)
 		}
 		deleted += len(keys)
@@ -250,6 +262,8 @@ func (c *compactor) compact(job compactJob) bool {
 		s.log.Error("compaction: commit of finished revision failed", "revision", rev, "error", err)
 	}
 	s.finishedRev.Store(rev)
+	s.log.Debug("compaction phases", "compact-revision", rev, "index-base", baseTook, "index", indexTook,
+		"commits", commits, "commits-took", commitTook, "took", time.Since(start))
 	s.log.Info("finished scheduled compaction", "compact-revision", rev, "deleted-records", deleted, "hash", hash.Hash, "took", time.Since(start))
 	if job.storeHash && !s.sums.usable() {
 		s.log.Warn("not storing the compaction hash: the record sums could not be read", "compact-revision", rev)
