@@ -309,8 +309,10 @@ func (m *modelRun) compact(c int64) {
 		m.h.kept(k, c, false, wantKeep)
 	}
 	if m.lastBase != nil && c > m.lastBase.Rev() {
-		// The store never deletes records above its base's revision:
-		// it writes a new base first.
+		// The store never deletes records above its base file's
+		// revision (it removes the file first, and writes a new base
+		// once the compaction is done); the model writes the new base
+		// first, so that checkReplay has one to open.
 		m.writeBase(m.x.Clone(), m.cur)
 	}
 	before := m.x.Len()
@@ -412,8 +414,8 @@ func (m *modelRun) writeBase(snap *Index, rev int64) *Base {
 // new index on the base, the records the modeled store holds above the
 // base's revision restored in revision order, then the last compaction
 // redone if the base predates it. No compaction has deleted a record
-// above the base's revision (compact writes a new base first, as the
-// store does), so those records are every change since the base. The
+// above the base's revision (see compact), so those records are every
+// change since the base. The
 // result must answer as the live index does, and compact as it does.
 func (m *modelRun) checkReplay() {
 	t, rng, h := m.t, m.rng, m.h

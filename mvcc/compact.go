@@ -190,21 +190,18 @@ func (c *compactor) compact(job compactJob) bool {
 	if !s.sums.wait(c.stopc) {
 		return false
 	}
-	if b := s.index().Base(); b != nil && b.Rev() < rev {
-		// No compaction deletes records above the base file's revision
-		// (indexbase.go): write a newer base, or remove the file.
-		if err := s.checkpoint("compaction"); err != nil {
-			s.log.Warn("writing the key index base before a compaction failed; removing it, so the next open reads every record", "error", err)
-			s.removeBase()
-		}
-	}
-	baseTook := time.Since(start)
 	garbage := s.index().CompactGarbage(rev)
-	indexTook := time.Since(start) - baseTook
+	indexTook := time.Since(start)
 	if m != nil {
 		m.IndexCompactionPause.Observe(float64(time.Since(start) / time.Millisecond))
 	}
 	slices.SortFunc(garbage, func(a, b btreeidx.Garbage) int { return a.Rev.Compare(b.Rev) })
+	if len(garbage) > 0 {
+		// No compaction deletes records above the base file's revision
+		// (indexbase.go): if this one must, the file goes first, and a
+		// new base is written once the compaction is done.
+		s.beforeDeleting(garbage[len(garbage)-1].Rev.Main)
+	}
 	hash := s.sums.compact(job.prev, rev, garbage)
 	var commitTook time.Duration
 	commits := 0
@@ -262,7 +259,7 @@ func (c *compactor) compact(job compactJob) bool {
 		s.log.Error("compaction: commit of finished revision failed", "revision", rev, "error", err)
 	}
 	s.finishedRev.Store(rev)
-	s.log.Debug("compaction phases", "compact-revision", rev, "index-base", baseTook, "index", indexTook,
+	s.log.Debug("compaction phases", "compact-revision", rev, "index", indexTook,
 		"commits", commits, "commits-took", commitTook, "took", time.Since(start))
 	s.log.Info("finished scheduled compaction", "compact-revision", rev, "deleted-records", deleted, "hash", hash.Hash, "took", time.Since(start))
 	if job.storeHash && !s.sums.usable() {

@@ -27,10 +27,12 @@ import (
 //     since the store opened, counting those it read) reach
 //     max(IndexBaseEvery, live keys / 8), so opening replays at most
 //     that many;
-//   - before a compaction deletes records above the base's revision
-//     (see the invariants below);
-//   - when the store closes, if the records since the last base are at
-//     least baseOnClose and a quarter of the count that makes one due:
+//   - after a compaction that had to delete records above the base's
+//     revision, and so removed the base file first (see the invariants
+//     below): opening reads every record until the new base is written;
+//   - when the store closes, if a compaction removed the base file, or
+//     if the records since the last base are at least baseOnClose and a
+//     quarter of the count that makes one due:
 //     a stop then costs a base's write (about a second per million
 //     keys) only when it saves the next start a replay of that size.
 //
@@ -52,8 +54,9 @@ import (
 //	    committed before the base was written;
 //	(2) its compaction revision C is a compaction whose deletes had
 //	    finished (a checkpoint is skipped while one is unfinished);
-//	(3) no compaction has deleted a record above R: before deleting,
-//	    a compaction above R writes a new base, or removes the file.
+//	(3) no compaction has deleted a record above R: a compaction whose
+//	    garbage holds a revision above R removes the file (and syncs
+//	    the directory) before it deletes anything.
 //
 // Opening uses a base only if its token is the store's, R is at most the
 // newest record's revision and C at most the finished compaction's;
@@ -76,7 +79,7 @@ const baseOnClose = 20_000
 // closeCheckpointDue reports whether Close should write a base.
 func (s *Store) closeCheckpointDue() bool {
 	n := s.sinceBase.Load()
-	return s.basePath != "" && n >= baseOnClose && n >= s.baseNext.Load()/4
+	return s.basePath != "" && (s.baseDue.Load() || n >= baseOnClose && n >= s.baseNext.Load()/4)
 }
 
 // defaultIndexBaseEvery is StoreConfig.IndexBaseEvery's default.
@@ -162,6 +165,7 @@ func (s *Store) removeBase() {
 	if s.basePath == "" {
 		return
 	}
+	s.baseFileRev.Store(-1)
 	err := s.baseFS.Remove(s.basePath)
 	if err == nil {
 		err = s.baseFS.SyncDir(filepath.Dir(s.basePath))
@@ -169,6 +173,17 @@ func (s *Store) removeBase() {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		s.log.Error("removing the key index base", "path", s.basePath, "error", err)
 	}
+}
+
+// beforeDeleting keeps invariant (3) for a compaction whose newest
+// garbage revision is newest: if the base file is older, it is removed
+// (and a new base made due).
+func (s *Store) beforeDeleting(newest int64) {
+	if s.basePath == "" || s.baseFileRev.Load() < 0 || newest <= s.baseFileRev.Load() {
+		return
+	}
+	s.removeBase()
+	s.baseDue.Store(true)
 }
 
 // noteWrites counts n records written, and wakes the compactor when a
@@ -185,7 +200,7 @@ func (s *Store) noteWrites(n int) {
 
 // checkpointDue reports whether enough records came since the last base.
 func (s *Store) checkpointDue() bool {
-	return s.basePath != "" && s.sinceBase.Load() >= s.baseNext.Load()
+	return s.basePath != "" && (s.baseDue.Load() || s.sinceBase.Load() >= s.baseNext.Load())
 }
 
 // checkpoint writes a new base and swaps it in under the index (see
@@ -224,6 +239,8 @@ func (s *Store) checkpoint(why string) error {
 		return fmt.Errorf("mvcc: write the key index base %s: %w", s.basePath, err)
 	}
 	wrote := time.Since(start)
+	s.baseFileRev.Store(rev)
+	s.baseDue.Store(false)
 	idx.ReplaceBase(b, snap)
 	s.baseNext.Store(max(int64(s.baseEvery), b.Keys()/8))
 	s.log.Info("wrote the key index base", "path", s.basePath, "reason", why, "revision", rev,

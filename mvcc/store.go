@@ -125,6 +125,10 @@ type Store struct {
 	token     [16]byte
 	sinceBase atomic.Int64
 	baseNext  atomic.Int64
+	// baseFileRev is the revision of the base file on disk (-1: none);
+	// baseDue asks for a new one at once (a compaction removed it).
+	baseFileRev atomic.Int64
+	baseDue     atomic.Bool
 }
 
 // OpenStore opens the store on a backend, building the key index from
@@ -303,7 +307,9 @@ func (s *Store) restore() (idx *btreeidx.Index, scheduled, finished int64, err e
 		})
 	}
 	s.sinceBase.Store(tail)
+	s.baseFileRev.Store(-1)
 	if base != nil {
+		s.baseFileRev.Store(base.Rev())
 		s.baseNext.Store(max(int64(s.baseEvery), base.Keys()/8))
 		s.log.Info("opened the key index on its base", "path", s.basePath, "base-revision", base.Rev(),
 			"base-keys", base.Keys(), "records-since-base", tail, "revision", s.rev.Load(), "took", time.Since(start))
