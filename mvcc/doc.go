@@ -18,11 +18,17 @@
 //
 //	bucket "strata_revmeta": each key of "key" -> crc u32 LE, record
 //	               length, create revision, version, lease (uvarints),
-//	               user key; "complete" -> 1 once it covers every record
+//	               user key; "complete" -> a random 16-byte token once it
+//	               covers every record
 //
-// The in-memory index (btreeidx) maps each user key to its generations and
-// is rebuilt on open from the revision metadata, which is a small fraction
-// of the records' bytes.
+// The key index (btreeidx) maps each user key to its generations. It rests
+// on a base file beside the page store (StoreConfig.IndexBase, the
+// server's member/snap/db.index; indexbase.go): the index as of one
+// revision, mapped read-only, written again as writes and compactions
+// accumulate. Opening reads only the revision metadata written after the
+// base; without a base (none yet, or one that does not go with the page
+// store), it reads the metadata of every record, which is a small
+// fraction of the records' bytes.
 //
 // # Writes and the consistent index
 //
