@@ -9,9 +9,11 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/strata-db/strata/btreeidx"
 	"github.com/strata-db/strata/mvcc"
 	"github.com/strata-db/strata/pagestore"
 	"github.com/strata-db/strata/progress"
+	"github.com/strata-db/strata/vfs"
 )
 
 // ResolveDBPath accepts a data dir (whose page store is member/snap/db)
@@ -72,6 +74,18 @@ func DBCheck(target string, o DBCheckOptions) (*pagestore.CheckReport, error) {
 			rep.Problems = append(rep.Problems, pagestore.Problem{Page: -1, Offset: -1, What: err.Error()})
 		} else if err != nil {
 			return nil, err
+		}
+	}
+	// The key index's base beside the page store (mvcc/indexbase.go),
+	// checked as a member opening it checks it. A damaged one loses
+	// nothing (a member does not use it: it reads every record and
+	// writes a new one), but it is reported, as it says the disk
+	// damaged a file.
+	base := path + ".index"
+	if _, err := os.Stat(base); err == nil {
+		if _, err := btreeidx.OpenBase(vfs.Default, base); err != nil {
+			rep.Problems = append(rep.Problems, pagestore.Problem{Page: -1, Offset: -1,
+				What: err.Error() + " (the member does not use it: it reads every record at its next start and writes a new base)"})
 		}
 	}
 	return rep, nil

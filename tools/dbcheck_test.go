@@ -116,3 +116,55 @@ func TestDBCheckRevMeta(t *testing.T) {
 		t.Fatalf("check of a record changed behind its metadata:\n%s", out.String())
 	}
 }
+
+// TestDBCheckIndexBase: the check opens the key index's base beside the
+// page store as a member would, and names the file and the offset of a
+// damaged one.
+func TestDBCheckIndexBase(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	db, err := pagestore.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err := mvcc.NewBackend(db, mvcc.BackendConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := mvcc.OpenStore(be, mvcc.StoreConfig{IndexBase: path + ".index", IndexBaseEvery: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 30_000; i++ { // enough for the base written on close
+		if _, err := s.Put(uint64(i+1), 1, &pb.PutRequest{Key: fmt.Appendf(nil, "k%05d", i%5000), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	be.Close()
+	db.Close()
+	st, err := os.Stat(path + ".index")
+	if err != nil {
+		t.Fatalf("no index base after close: %v", err)
+	}
+	if rep, err := DBCheck(path, DBCheckOptions{}); err != nil || !rep.OK() {
+		t.Fatalf("check of a sound store and base: %v %v", err, rep.Err())
+	}
+	f, err := os.OpenFile(path+".index", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := st.Size() / 2
+	if _, err := f.WriteAt([]byte{0xff, 0x00, 0xff}, off); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	rep, err := DBCheck(path, DBCheckOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	WriteDBCheckReport(&out, rep)
+	if rep.OK() || !strings.Contains(out.String(), path+".index") || !strings.Contains(out.String(), "checksum mismatch") {
+		t.Fatalf("check of a damaged index base:\n%s", out.String())
+	}
+}
