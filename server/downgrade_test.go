@@ -8,9 +8,11 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/strata-db/strata/internal/poll"
 )
 
-// TestDowngradeTargetFormat (issue 17 item 7): which targets etcd calls
+// TestDowngradeTargetFormat: which targets etcd calls
 // malformed ("wrong downgrade target version format") and which merely
 // invalid, with the cluster at 3.7. The grammar is go-semver's, which
 // etcd parses them with, with "major.minor" accepted too.
@@ -21,6 +23,10 @@ func TestDowngradeTargetFormat(t *testing.T) {
 	valid := []string{"3.6", "3.6.0", "3.6.9", "03.06", "3.6.0-rc.1+build.5", "3.6.0-", "3.6.0+"}
 	m := startMember(t, filepath.Join(t.TempDir(), "d"))
 	defer m.stop(t)
+	// The leader decides the cluster version after it takes the lead,
+	// through raft; until it is applied, validation refuses every
+	// target with "cluster version not found during downgrade".
+	poll.Until(t, "the cluster version to be set", func() bool { return m.s.versions.Cluster() != "" })
 	ctx := context.Background()
 	validate := func(v string) error {
 		_, err := m.maint.Downgrade(ctx, &pb.DowngradeRequest{Action: pb.DowngradeRequest_VALIDATE, Version: v})
