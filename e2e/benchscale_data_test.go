@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -646,9 +647,11 @@ func bscaleClient(endpoints []string) (*clientv3.Client, error) {
 		MaxCallRecvMsgSize: bscaleMaxMsg})
 }
 
-// bscaleDigest reads every key under /registry/ at revision rev, 1,000
-// a page, and returns a sha256 over each key, value, version and lease,
-// and the number of keys. Revisions are left out: 64 clients order the
+// bscaleDigest reads every key of the data set's prefixes
+// (/registry/<resource>/<namespace>/) at revision rev, 1,000 a page,
+// and returns a sha256 over each key, value, version and lease, and the
+// number of keys (which the callers check against the plan's, so a key
+// outside those prefixes shows). Revisions are left out: 64 clients order the
 // load's writes differently on each server.
 func bscaleDigest(conn *grpc.ClientConn, rev int64) ([32]byte, int, error) {
 	h := sha256.New()
@@ -663,18 +666,34 @@ func bscaleDigest(conn *grpc.ClientConn, rev int64) ([32]byte, int, error) {
 		h.Write(lenBuf[:binary.PutVarint(lenBuf[:], kv.version)])
 		h.Write(lenBuf[:binary.PutVarint(lenBuf[:], kv.lease)])
 	}}
-	from := []byte("/registry/")
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		err := bsScanRange(ctx, conn, &pb.RangeRequest{Key: from, RangeEnd: []byte("/registry0"), Limit: 1000, Revision: rev}, sc)
-		cancel()
-		if err != nil {
-			return [32]byte{}, n, err
+	// One walk per /registry/<resource>/<namespace>/ prefix, in key
+	// order, pages of 1000 inside it: a page with a limit also counts
+	// every key to the end of its range (etcd's Range answers the
+	// total), so pages over the whole key space would cost the square of
+	// its size; within a prefix they cost the prefix's.
+	names := make([]string, 0, len(bscaleResources))
+	for _, r := range bscaleResources {
+		names = append(names, r.name)
+	}
+	sort.Strings(names)
+	for _, res := range names {
+		for ns := 0; ns < bscaleNamespaces; ns++ {
+			prefix := fmt.Sprintf("/registry/%s/team-%03d/", res, ns)
+			end := []byte(prefix[:len(prefix)-1] + "0") // '/' + 1
+			from := []byte(prefix)
+			for {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				err := bsScanRange(ctx, conn, &pb.RangeRequest{Key: from, RangeEnd: end, Limit: 1000, Revision: rev}, sc)
+				cancel()
+				if err != nil {
+					return [32]byte{}, n, err
+				}
+				if !sc.more {
+					break
+				}
+				from = append(append([]byte(nil), sc.lastKey...), 0)
+			}
 		}
-		if !sc.more {
-			break
-		}
-		from = append(append([]byte(nil), sc.lastKey...), 0)
 	}
 	var d [32]byte
 	h.Sum(d[:0])
