@@ -217,6 +217,17 @@ func TestTxnAndLeaseChecks(t *testing.T) {
 	if err := s.IsPutRequestPermitted(w, &pb.PutRequest{Key: []byte("/w/a"), PrevKv: true}, nil); err != ErrPermissionDenied {
 		t.Errorf("put with prev_kv by a write-only user: %v", err)
 	}
+	// The lease's keys are listed only for a user the check concerns:
+	// not for root (nor with auth off), where a put to a lease of many
+	// keys would pay for a sorted copy of them all.
+	asked := 0
+	counting := func(id int64) [][]byte { asked++; return leases(id) }
+	if err := s.IsPutRequestPermitted(&AuthInfo{Username: "root", Revision: s.Revision()}, &pb.PutRequest{Key: []byte("/x"), Lease: 2}, counting); err != nil || asked != 0 {
+		t.Errorf("root's put with a lease: %v, the lease's keys asked for %d times", err, asked)
+	}
+	if err := s.IsPutRequestPermitted(w, &pb.PutRequest{Key: []byte("/w/a"), Lease: 2}, counting); err != ErrPermissionDenied || asked != 1 {
+		t.Errorf("a user's put with a lease of foreign keys: %v, the lease's keys asked for %d times", err, asked)
+	}
 	if err := s.IsDeleteRangeRequestPermitted(w, &pb.DeleteRangeRequest{Key: []byte("/w/a")}); err != nil {
 		t.Errorf("delete in prefix: %v", err)
 	}
