@@ -136,9 +136,15 @@ func TestLargeMsgAppBatches(t *testing.T) {
 			t.Fatalf("MsgApp %d differs after transfer", i)
 		}
 	}
+	// The sender counts a message once its write returns, which can be
+	// after the receiver has it.
+	poll.Until(t, "the sender to count 6 MsgApps", func() bool {
+		st, _ := a.tr.PeerStatus(2)
+		return st.SentMsgApp >= 6
+	})
 	st, _ := a.tr.PeerStatus(2)
-	if st.SentMsgApp != 6 {
-		t.Fatalf("sent %d MsgApps on the MsgApp v2 stream, want 6 (status %+v)", st.SentMsgApp, st)
+	if st.SentMsgApp != 6 || st.SentMessage != 0 || st.SentPipeline != 0 {
+		t.Fatalf("sent %d MsgApps on the MsgApp v2 stream (and %d messages, %d pipeline), want 6 (status %+v)", st.SentMsgApp, st.SentMessage, st.SentPipeline, st)
 	}
 }
 
