@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"google.golang.org/protobuf/encoding/protowire"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -221,10 +220,7 @@ func (s *Store) restore() (idx *btreeidx.Index, scheduled, finished int64, err e
 			}
 		}
 		cur := max(int64(1), from) // etcd starts at revision 1: the first write is 2
-		// Sums in chunks, joined once at the end: growing one slice to
-		// millions of entries would copy it over and over.
-		var chunks [][]recordSum
-		sums := make([]recordSum, 0, 1<<12)
+		var sums sumChunks
 		// This goroutine reads the records' metadata (revmeta.go: the
 		// records themselves are not read); another builds the index
 		// from it, in batches, so the two halves of the work overlap.
@@ -251,11 +247,7 @@ func (s *Store) restore() (idx *btreeidx.Index, scheduled, finished int64, err e
 				if err != nil {
 					return fmt.Errorf("%w: %s bucket, revision %v: %v", pagestore.ErrCorrupt, RevMetaBucket, rev, err)
 				}
-				if len(sums) == cap(sums) {
-					chunks = append(chunks, sums)
-					sums = make([]recordSum, 0, 1<<16)
-				}
-				sums = append(sums, sum)
+				sums.add(sum)
 				batch = append(batch, restoreRec{rev: rev, tomb: tomb, kvMeta: kv})
 				if len(batch) == restoreBatch {
 					batches <- batch
@@ -278,7 +270,7 @@ func (s *Store) restore() (idx *btreeidx.Index, scheduled, finished int64, err e
 		}
 		cur = max(cur, scheduled)
 		s.rev.Store(cur)
-		gen := s.sums.reset(slices.Concat(append(chunks, sums)...), base == nil)
+		gen := s.sums.reset(sums.all(), base == nil)
 		if base != nil {
 			go s.loadSums(gen, from)
 		}
@@ -324,8 +316,7 @@ func (s *Store) restore() (idx *btreeidx.Index, scheduled, finished int64, err e
 // Compactions wait for it; nothing deletes records meanwhile.
 func (s *Store) loadSums(gen uint64, upTo int64) {
 	start := time.Now()
-	var chunks [][]recordSum
-	sums := make([]recordSum, 0, 1<<16)
+	var sums sumChunks
 	err := s.be.DB().View(func(tx *pagestore.Tx) error {
 		mb, err := tx.Bucket(RevMetaBucket)
 		if err != nil {
@@ -347,11 +338,7 @@ func (s *Store) loadSums(gen uint64, upTo int64) {
 			if err != nil {
 				return fmt.Errorf("%w: %s bucket, revision %v: %v", pagestore.ErrCorrupt, RevMetaBucket, rev, err)
 			}
-			if len(sums) == cap(sums) {
-				chunks = append(chunks, sums)
-				sums = make([]recordSum, 0, 1<<16)
-			}
-			sums = append(sums, sum)
+			sums.add(sum)
 		}
 		return c.Err()
 	})
@@ -360,7 +347,7 @@ func (s *Store) loadSums(gen uint64, upTo int64) {
 		s.sums.fill(gen, nil, true)
 		return
 	}
-	all := slices.Concat(append(chunks, sums)...)
+	all := sums.all()
 	s.sums.fill(gen, all, false)
 	s.log.Debug("read the record sums", "records", len(all), "took", time.Since(start))
 }

@@ -2,6 +2,7 @@ package mvcc
 
 import (
 	"hash/crc32"
+	"slices"
 	"sort"
 	"sync"
 
@@ -46,6 +47,26 @@ const sumTombstone = 1 << 31
 func (r recordSum) rev() Revision { return Revision{Main: r.main, Sub: int64(r.sub &^ sumTombstone)} }
 
 func (r recordSum) tombstone() bool { return r.sub&sumTombstone != 0 }
+
+// sumChunks collects sums read in revision order in chunks, joined once
+// at the end: growing one slice to millions of entries would copy it
+// over and over.
+type sumChunks struct {
+	done [][]recordSum
+	cur  []recordSum
+}
+
+func (c *sumChunks) add(r recordSum) {
+	if len(c.cur) == cap(c.cur) {
+		if c.cur != nil {
+			c.done = append(c.done, c.cur)
+		}
+		c.cur = make([]recordSum, 0, 1<<16)
+	}
+	c.cur = append(c.cur, r)
+}
+
+func (c *sumChunks) all() []recordSum { return slices.Concat(append(c.done, c.cur)...) }
 
 // recordSums holds every key-bucket record's sum, ascending by revision.
 // The apply goroutine appends; the compactor reads the entries at or
