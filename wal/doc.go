@@ -48,6 +48,18 @@
 // also starts with the hard state current when it was cut, so reading can
 // begin at any segment.
 //
+// # Reading
+//
+// A member restarts from its newest snapshot marker. LastSnapshot finds it
+// by reading the segments newest first, stopping at the first that holds
+// one; Open then reads from the segment holding the snapshot's index to
+// the end. Segments older than that are neither read nor validated: what
+// they hold precedes the snapshot, and they wait only to be purged. Each
+// segment is read through a window of a megabyte (scan.go) rather than
+// into one buffer of its size, and entries at or below the snapshot's
+// index are checked but not decoded. So a restart reads about one or two
+// segments, whatever the number of segments kept.
+//
 // # Group commit
 //
 // Appenders encode their records into a shared batch under a mutex and

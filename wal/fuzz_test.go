@@ -54,10 +54,13 @@ func FuzzDecodeRecord(f *testing.F) {
 			}
 		}
 		// The scanner, as last and as middle segment, must only return
-		// errors, never panic.
+		// errors, never panic, and read the same through any window.
 		info := segmentInfo{seq: 0, firstIndex: 0, path: "fuzz.wal"}
 		for _, last := range []bool{true, false} {
-			_, _ = scanSegment(info.path, data, info, last, func(int64, Record) error { return nil })
+			whole := scanTranscript(data, info, last, len(data))
+			if small := scanTranscript(data, info, last, 16); small != whole {
+				t.Fatalf("last=%v: a 16-byte window reads\n%s\nthe whole segment reads\n%s", last, small, whole)
+			}
 		}
 	})
 }

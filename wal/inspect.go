@@ -42,14 +42,15 @@ func Iterate(fs vfs.FS, dir string, fn func(pos Position, rec Record) error) (*T
 	var buf []byte
 	var torn *TornTail
 	for i, seg := range segs {
-		data, err := readSegment(fs, seg.path, buf)
+		src, closeSeg, err := openSegment(fs, seg.path, buf)
 		if err != nil {
 			return nil, err
 		}
-		buf = data
-		res, err := scanSegment(seg.path, data, seg, i == len(segs)-1, func(off int64, rec Record) error {
+		res, err := scanSegment(src, seg, i == len(segs)-1, func(off int64, rec Record) error {
 			return fn(Position{File: seg.path, Offset: off}, rec)
 		})
+		buf = src.buf
+		closeSeg()
 		if err != nil {
 			return nil, err
 		}
@@ -94,21 +95,53 @@ func DecodeSnapshot(rec Record) (Snapshot, error) {
 
 // LastSnapshot returns the newest snapshot marker in dir, or the zero
 // Snapshot if there is none: the position Open should start reading from.
-// It reads without locking; fs may be nil for the OS file system.
+// It reads the segments newest first and stops at the first that holds a
+// marker: usually the last segment alone, a few when entries are large and
+// a segment holds less than a snapshot interval. Older segments are not
+// read, as Open does not read them either: what they hold precedes the
+// snapshot. What it reads it validates as Open does. It reads without
+// locking; fs may be nil for the OS file system.
 func LastSnapshot(fs vfs.FS, dir string) (Snapshot, error) {
-	var last Snapshot
-	_, err := Iterate(fs, dir, func(pos Position, rec Record) error {
-		if rec.Type != TypeSnapshot {
-			return nil
-		}
-		s, err := decodeSnapshot(rec.Data)
+	if fs == nil {
+		fs = vfs.Default
+	}
+	segs, err := listSegments(fs, dir)
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("wal: %s: %w", dir, err)
+	}
+	if len(segs) == 0 {
+		return Snapshot{}, fmt.Errorf("%w in %s", ErrNotFound, dir)
+	}
+	var buf []byte
+	for i := len(segs) - 1; i >= 0; i-- {
+		seg := segs[i]
+		src, closeSeg, err := openSegment(fs, seg.path, buf)
 		if err != nil {
-			return &CorruptError{File: pos.File, Offset: pos.Offset, Reason: err.Error()}
+			return Snapshot{}, err
 		}
-		last = s
-		return nil
-	})
-	return last, err
+		var last Snapshot
+		found := false
+		_, err = scanSegment(src, seg, i == len(segs)-1, func(off int64, rec Record) error {
+			if rec.Type != TypeSnapshot {
+				return nil
+			}
+			s, err := decodeSnapshot(rec.Data)
+			if err != nil {
+				return &CorruptError{File: seg.path, Offset: off, Reason: err.Error()}
+			}
+			last, found = s, true
+			return nil
+		})
+		buf = src.buf
+		closeSeg()
+		if err != nil {
+			return Snapshot{}, err
+		}
+		if found {
+			return last, nil
+		}
+	}
+	return Snapshot{}, nil
 }
 
 // ReadMetadata returns the metadata stored in the header of the oldest
@@ -124,13 +157,9 @@ func ReadMetadata(fs vfs.FS, dir string) ([]byte, error) {
 	if len(segs) == 0 {
 		return nil, fmt.Errorf("%w in %s", ErrNotFound, dir)
 	}
-	data, err := readSegment(fs, segs[0].path, nil)
+	rec, err := readSegmentHeader(fs, segs[0].path)
 	if err != nil {
 		return nil, err
-	}
-	rec, err := decodeRecord(data)
-	if err != nil || rec.Type != typeSegment {
-		return nil, &CorruptError{File: segs[0].path, Offset: 0, Reason: "missing segment header"}
 	}
 	h, err := parseSegmentHeader(rec.Data)
 	if err != nil {

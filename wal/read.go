@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-db/strata/vfs"
@@ -54,15 +55,16 @@ func readLog(fs vfs.FS, dir string, snap Snapshot) (*logRead, error) {
 		if i > 0 {
 			r.prevSeg = r.segs[i-1].path
 		}
-		data, err := readSegment(fs, seg.path, buf)
+		src, closeSeg, err := openSegment(fs, seg.path, buf)
 		if err != nil {
 			return nil, err
 		}
-		buf = data
 		last := i == len(r.segs)-1
-		res, err := scanSegment(seg.path, data, seg, last, func(off int64, rec Record) error {
+		res, err := scanSegment(src, seg, last, func(off int64, rec Record) error {
 			return r.apply(seg.path, off, rec, snap, &snapFound)
 		})
+		buf = src.buf
+		closeSeg()
 		if err != nil {
 			return nil, err
 		}
@@ -86,6 +88,11 @@ func (r *logRead) apply(path string, off int64, rec Record, snap Snapshot, snapF
 	}
 	switch rec.Type {
 	case TypeEntry:
+		// The segment that holds the snapshot holds up to a segment of
+		// entries before it, which are read past, not decoded.
+		if idx, ok := entryIndex(rec.Data); ok && idx <= snap.Index {
+			return nil
+		}
 		e := &raftpb.Entry{}
 		if err := proto.Unmarshal(rec.Data, e); err != nil {
 			return corrupt("entry: %v", err)
@@ -135,4 +142,26 @@ func (r *logRead) apply(path string, off int64, rec Record, snap Snapshot, snapF
 		}
 	}
 	return nil
+}
+
+// entryIndex returns the Index field (number 3) of a marshaled
+// raftpb.Entry without decoding the rest; ok is false if the bytes do not
+// parse as far as the field.
+func entryIndex(b []byte) (idx uint64, ok bool) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0, false
+		}
+		b = b[n:]
+		if num == 3 && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(b)
+			return v, n >= 0
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+			return 0, false
+		}
+		b = b[n:]
+	}
+	return 0, true // absent: the default, 0
 }

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -42,25 +43,155 @@ type tornTail struct {
 	reason string // what was found there
 }
 
-// readSegment reads a whole segment file into buf (reused across calls).
-func readSegment(fs vfs.FS, path string, buf []byte) ([]byte, error) {
+// segmentSource reads one segment through a window that slides forward
+// over the file a chunk at a time. A segment is 64 MiB, often mostly the
+// zeros after the log's end: read whole into a fresh buffer, it cost more
+// in page faults on the buffer than the scan of its records did.
+type segmentSource struct {
+	r    io.ReaderAt
+	path string
+	size int64
+	buf  []byte // the file's bytes [base, base+len(buf))
+	base int64
+	err  error // the first read error: the scan stops and returns it
+	// chunk is how much one read fetches at least: scanChunk, except in
+	// the tests that compare scans through windows of every size.
+	chunk int
+}
+
+// scanChunk is how much of a segment one read fetches.
+const scanChunk = 1 << 20
+
+// newSegmentSource returns a source reading the size bytes of r, which
+// holds the segment at path, a chunk at a time into buf.
+func newSegmentSource(r io.ReaderAt, path string, size int64, chunk int, buf []byte) *segmentSource {
+	return &segmentSource{r: r, path: path, size: size, buf: buf[:0], chunk: max(chunk, 1)}
+}
+
+// openSegment opens the segment at path for a scan; close releases it.
+func openSegment(fs vfs.FS, path string, buf []byte) (src *segmentSource, close func(), err error) {
 	f, err := fs.OpenFile(path, os.O_RDONLY, 0)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	size, err := f.Size()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return newSegmentSource(f, path, size, scanChunk, buf), func() { f.Close() }, nil
+}
+
+// bytesAt returns the file's bytes [off, off+n), fewer where the file
+// ends. The slice stays valid until a later call moves the window; moved,
+// if not nil, runs just before it does. A read error is kept in s.err and
+// returned.
+func (s *segmentSource) bytesAt(off int64, n int, moved func()) ([]byte, error) {
+	end := min(off+int64(n), s.size)
+	if off >= end {
+		return nil, s.err
+	}
+	if off >= s.base && end <= s.base+int64(len(s.buf)) {
+		return s.buf[off-s.base : end-s.base], nil
+	}
+	if s.err != nil {
+		return nil, s.err
+	}
+	if moved != nil {
+		moved()
+	}
+	// Keep what the window already holds from off on, then read a chunk
+	// past what was asked (or to the end of the file).
+	want := int(min(max(end-off, int64(s.chunk)), s.size-off))
+	kept := 0
+	if off >= s.base && off < s.base+int64(len(s.buf)) {
+		kept = copy(s.buf[:cap(s.buf)], s.buf[off-s.base:])
+	}
+	if cap(s.buf) < want {
+		nb := make([]byte, want)
+		copy(nb, s.buf[:kept])
+		s.buf = nb
+	}
+	s.buf, s.base = s.buf[:want], off
+	if _, err := s.r.ReadAt(s.buf[kept:], off+int64(kept)); err != nil && !errors.Is(err, io.EOF) {
+		s.buf, s.err = s.buf[:0], fmt.Errorf("wal: read %s: %w", s.path, err)
+		return nil, s.err
+	}
+	return s.buf[off-s.base : end-s.base], nil
+}
+
+// record decodes the record at off (see decodeRecord), reading as much of
+// the file as its length word asks for. A read error is returned as is,
+// with s.err set; every other error is about the bytes.
+func (s *segmentSource) record(off int64, moved func()) (Record, error) {
+	h, err := s.bytesAt(off, headerSize, moved)
+	if err != nil {
+		return Record{}, err
+	}
+	n := len(h)
+	if len(h) >= 8 {
+		if l := int(binary.LittleEndian.Uint32(h[0:4])); l <= MaxRecordSize {
+			n = headerSize + padded(l)
+		}
+	}
+	b, err := s.bytesAt(off, n, moved)
+	if err != nil {
+		return Record{}, err
+	}
+	return decodeRecord(b)
+}
+
+// firstNonZero returns the offset of the first nonzero byte at or after
+// off, or -1.
+func (s *segmentSource) firstNonZero(off int64) (int64, error) {
+	for off < s.size {
+		b, err := s.bytesAt(off, s.chunk, nil)
+		if err != nil {
+			return 0, err
+		}
+		if i := firstNonZero(b); i >= 0 {
+			return off + int64(i), nil
+		}
+		off += int64(len(b))
+	}
+	return -1, nil
+}
+
+// readSegmentHeader reads and decodes the header record at the start of
+// the segment at path, reading only as much of the file as the record
+// takes (a segment is 64 MiB; its header a few dozen bytes).
+func readSegmentHeader(fs vfs.FS, path string) (Record, error) {
+	f, err := fs.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return Record{}, err
 	}
 	defer f.Close()
 	size, err := f.Size()
 	if err != nil {
-		return nil, err
+		return Record{}, err
 	}
-	if int64(cap(buf)) < size {
-		buf = make([]byte, size)
+	missing := &CorruptError{File: path, Offset: 0, Reason: "missing segment header"}
+	buf := make([]byte, min(size, 4096))
+	for {
+		if _, err := f.ReadAt(buf, 0); err != nil && !errors.Is(err, io.EOF) {
+			return Record{}, fmt.Errorf("wal: read %s: %w", path, err)
+		}
+		rec, err := decodeRecord(buf)
+		if errors.Is(err, errShort) && len(buf) >= headerSize && int64(len(buf)) < size {
+			// A header longer than the first read: read exactly what its
+			// length word says (decodeRecord has not checked it yet).
+			n := int(binary.LittleEndian.Uint32(buf[0:4]))
+			if n > MaxRecordSize || int64(headerSize+padded(n)) > size {
+				return Record{}, missing
+			}
+			buf = make([]byte, headerSize+padded(n))
+			continue
+		}
+		if err != nil || rec.Type != typeSegment {
+			return Record{}, missing
+		}
+		return rec, nil
 	}
-	buf = buf[:size]
-	if _, err := f.ReadAt(buf, 0); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("wal: read %s: %w", path, err)
-	}
-	return buf, nil
 }
 
 // scanSegment decodes the records of one segment held in data and calls fn
@@ -82,8 +213,9 @@ func readSegment(fs vfs.FS, path string, buf []byte) ([]byte, error) {
 // Records that are valid but belong to a unit whose closing record is
 // missing are discarded with the torn tail: such a unit was never
 // acknowledged.
-func scanSegment(path string, data []byte, info segmentInfo, last bool, fn func(off int64, rec Record) error) (scanResult, error) {
+func scanSegment(src *segmentSource, info segmentInfo, last bool, fn func(off int64, rec Record) error) (scanResult, error) {
 	var res scanResult
+	path := src.path
 	name := filepath.Base(path)
 	corrupt := func(off int64, format string, a ...any) error {
 		return &CorruptError{File: path, Offset: off, Reason: fmt.Sprintf(format, a...)}
@@ -91,7 +223,10 @@ func scanSegment(path string, data []byte, info segmentInfo, last bool, fn func(
 
 	// The header record is written and synced before the segment is
 	// renamed into place, so it is never torn.
-	rec, err := decodeRecord(data)
+	rec, err := src.record(0, nil)
+	if src.err != nil {
+		return res, src.err
+	}
 	if err != nil {
 		return res, corrupt(0, "segment header: %v", err)
 	}
@@ -106,28 +241,39 @@ func scanSegment(path string, data []byte, info segmentInfo, last bool, fn func(
 		return res, corrupt(0, "header says segment %d first index %d, but the file is named %s", h.seq, h.firstIndex, name)
 	}
 	res.header = h
-	off := rec.StoredSize
-	res.tail, res.lastBatch = int64(off), rec.Batch
+	off := int64(rec.StoredSize)
+	res.tail, res.lastBatch = off, rec.Batch
 
 	// Records of the unit in progress, delivered when its last record
-	// arrives.
+	// arrives. Their payloads point into the window until it moves, when
+	// they are copied out.
 	type pending struct {
 		off int64
 		rec Record
 	}
 	var unit []pending
+	keep := func() {
+		for i := range unit {
+			if !unit[i].rec.Compressed {
+				unit[i].rec.Data = bytes.Clone(unit[i].rec.Data)
+			}
+		}
+	}
 	var stopErr error
-	for off < len(data) {
-		rec, err := decodeRecord(data[off:])
+	for off < src.size {
+		rec, err := src.record(off, keep)
+		if src.err != nil {
+			return res, src.err
+		}
 		if err != nil {
 			stopErr = err
 			break
 		}
 		if rec.Type == typeSegment {
-			return res, corrupt(int64(off), "segment header in the middle of a segment")
+			return res, corrupt(off, "segment header in the middle of a segment")
 		}
-		unit = append(unit, pending{int64(off), rec})
-		off += rec.StoredSize
+		unit = append(unit, pending{off, rec})
+		off += int64(rec.StoredSize)
 		if rec.unitEnd {
 			for _, p := range unit {
 				if err := fn(p.off, p.rec); err != nil {
@@ -135,7 +281,7 @@ func scanSegment(path string, data []byte, info segmentInfo, last bool, fn func(
 				}
 			}
 			unit = unit[:0]
-			res.tail, res.lastBatch = int64(off), rec.Batch
+			res.tail, res.lastBatch = off, rec.Batch
 		}
 	}
 	if stopErr == nil && len(unit) == 0 {
@@ -148,19 +294,29 @@ func scanSegment(path string, data []byte, info segmentInfo, last bool, fn func(
 	at := res.tail
 	badOff, reason := at, "unit without its closing record"
 	if stopErr != nil {
-		badOff, reason = int64(off), stopErr.Error()
+		badOff, reason = off, stopErr.Error()
 	}
-	cleanEnd := errors.Is(stopErr, errZeroHeader) && len(unit) == 0 && firstNonZero(data[off:]) < 0
-	if cleanEnd {
-		return res, nil // the unwritten, zero-filled rest of the segment
+	zeroStop := errors.Is(stopErr, errZeroHeader) && len(unit) == 0
+	if zeroStop {
+		nz, err := src.firstNonZero(off)
+		if err != nil {
+			return res, err
+		}
+		if nz < 0 {
+			return res, nil // the unwritten, zero-filled rest of the segment
+		}
+		if !last {
+			return res, corrupt(nz, "data after the end of the log in a completed segment")
+		}
 	}
 	if !last {
-		if errors.Is(stopErr, errZeroHeader) && len(unit) == 0 {
-			return res, corrupt(int64(off+firstNonZero(data[off:])), "data after the end of the log in a completed segment")
-		}
 		return res, corrupt(badOff, "%s", reason)
 	}
-	if laterOff, b, ok := findLaterBatch(data, int(at)+recordAlign, res.lastBatch+2); ok {
+	laterOff, b, ok, err := src.findLaterBatch(at+recordAlign, res.lastBatch+2)
+	if err != nil {
+		return res, err
+	}
+	if ok {
 		return res, corrupt(badOff, "%s, but a durable record of batch %d follows at offset %d", reason, b, laterOff)
 	}
 	res.torn = &tornTail{offset: at, reason: fmt.Sprintf("%s at offset %d", reason, badOff)}
@@ -170,9 +326,12 @@ func scanSegment(path string, data []byte, info segmentInfo, last bool, fn func(
 // findLaterBatch looks for a valid record at any aligned offset from start
 // whose batch number is at least minBatch. Cheap field checks run before
 // the checksum, so scanning junk costs little.
-func findLaterBatch(data []byte, start int, minBatch uint64) (int, uint64, bool) {
-	for p := start; p+headerSize <= len(data); p += recordAlign {
-		h := data[p:]
+func (s *segmentSource) findLaterBatch(start int64, minBatch uint64) (int64, uint64, bool, error) {
+	for p := start; p+headerSize <= s.size; p += recordAlign {
+		h, err := s.bytesAt(p, headerSize, nil)
+		if err != nil {
+			return 0, 0, false, err
+		}
 		typ := RecordType(h[4])
 		if typ < TypeEntry || typ > TypeSnapshot || h[5]&^flagsKnown != 0 || h[6] != 0 || h[7] != 0 {
 			continue
@@ -180,17 +339,31 @@ func findLaterBatch(data []byte, start int, minBatch uint64) (int, uint64, bool)
 		if binary.LittleEndian.Uint64(h[8:16]) < minBatch {
 			continue
 		}
-		if rec, err := decodeRecord(h); err == nil {
-			return p, rec.Batch, true
+		rec, err := s.record(p, nil)
+		if s.err != nil {
+			return 0, 0, false, s.err
+		}
+		if err == nil {
+			return p, rec.Batch, true, nil
 		}
 	}
-	return 0, 0, false
+	return 0, 0, false, nil
 }
 
+// zeroBlock is compared against a segment's zero-filled rest a block at
+// a time: a bytes.Equal runs at memory speed, where a loop over bytes
+// took longer than reading the segment from the page cache.
+var zeroBlock [4096]byte
+
+// firstNonZero returns the index of the first nonzero byte of b, or -1.
 func firstNonZero(b []byte) int {
-	for i, c := range b {
+	off := 0
+	for len(b)-off >= len(zeroBlock) && bytes.Equal(b[off:off+len(zeroBlock)], zeroBlock[:]) {
+		off += len(zeroBlock)
+	}
+	for i, c := range b[off:] {
 		if c != 0 {
-			return i
+			return off + i
 		}
 	}
 	return -1

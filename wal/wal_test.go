@@ -11,6 +11,8 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-db/strata/vfs"
 )
 
 // testOpts uses small segments so tests cross segment boundaries and
@@ -270,14 +272,18 @@ func TestIterateListsUnits(t *testing.T) {
 	}
 }
 
+// TestLastSnapshot finds the newest marker across segments written after
+// it without one, without reading the segments before the marker's (a
+// damaged one there goes unread, as Open does not read it either), and
+// returns the zero snapshot for a log with no marker.
 func TestLastSnapshot(t *testing.T) {
 	dir := t.TempDir()
 	w := mustCreate(t, dir, testOpts(4<<10))
-	for i := uint64(1); i <= 100; i++ {
+	for i := uint64(1); i <= 200; i++ {
 		if err := w.Save(mkState(3, i), []*raftpb.Entry{mkEntry(i, 3, 32)}); err != nil {
 			t.Fatal(err)
 		}
-		if i%30 == 0 {
+		if i%30 == 0 && i <= 90 {
 			cs := &raftpb.ConfState{Voters: []uint64{1, 2, 3}}
 			if err := w.SaveSnapshot(Snapshot{Index: i, Term: 3, ConfState: cs}); err != nil {
 				t.Fatal(err)
@@ -285,12 +291,90 @@ func TestLastSnapshot(t *testing.T) {
 		}
 	}
 	w.Close()
-	s, err := LastSnapshot(nil, dir)
+	check := func(what string) {
+		t.Helper()
+		s, err := LastSnapshot(nil, dir)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if s.Index != 90 || s.Term != 3 || len(s.ConfState.GetVoters()) != 3 {
+			t.Fatalf("%s: last snapshot %+v", what, s)
+		}
+	}
+	check("intact log")
+	segs, err := listSegments(vfs.Default, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Index != 90 || s.Term != 3 || len(s.ConfState.GetVoters()) != 3 {
-		t.Fatalf("last snapshot %+v", s)
+	var markerSegs []int
+	for i, seg := range segs {
+		b, err := os.ReadFile(seg.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := newSegmentSource(bytes.NewReader(b), seg.path, int64(len(b)), scanChunk, nil)
+		if _, err := scanSegment(src, seg, i == len(segs)-1, func(_ int64, rec Record) error {
+			if rec.Type == TypeSnapshot {
+				markerSegs = append(markerSegs, i)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(markerSegs); n != 3 || markerSegs[2] >= len(segs)-2 || markerSegs[2] == 0 {
+		t.Fatalf("markers in segments %v of %d: want three, the last not in the first segment and two segments or more after it", markerSegs, len(segs))
+	}
+	// Damage the second record of the segment before the last marker's.
+	damaged := segs[markerSegs[2]-1].path
+	b, err := os.ReadFile(damaged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := decodeRecord(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[first.StoredSize+headerSize] ^= 0xff
+	if err := os.WriteFile(damaged, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Iterate(nil, dir, func(Position, Record) error { return nil }); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Iterate over the damaged log: %v, want ErrCorrupt", err)
+	}
+	check("a segment before the marker's damaged")
+
+	empty := t.TempDir()
+	w = mustCreate(t, empty, testOpts(4<<10))
+	for i := uint64(1); i <= 50; i++ {
+		if err := w.Save(mkState(3, i), []*raftpb.Entry{mkEntry(i, 3, 32)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	if s, err := LastSnapshot(nil, empty); err != nil || s.Index != 0 || s.Term != 0 {
+		t.Fatalf("log without a marker: %+v, %v", s, err)
+	}
+}
+
+// TestReadMetadata reads the metadata from the first segment's header,
+// short or longer than the first read.
+func TestReadMetadata(t *testing.T) {
+	for _, n := range []int{0, 16, 4000, 9000} {
+		dir := t.TempDir()
+		meta := bytes.Repeat([]byte{0xa5}, n)
+		w, err := Create(dir, meta, testOpts(64<<10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Save(mkState(1, 1), []*raftpb.Entry{mkEntry(1, 1, 32)}); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		got, err := ReadMetadata(nil, dir)
+		if err != nil || !bytes.Equal(got, meta) {
+			t.Fatalf("%d bytes of metadata: read %d bytes, %v", n, len(got), err)
+		}
 	}
 }
 
