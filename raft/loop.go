@@ -36,16 +36,28 @@ func (n *Node) run() {
 	defer ticker.Stop()
 	if n.campaignOnStart {
 		// Apply the bootstrap conf changes first: raft refuses to campaign
-		// while membership changes are pending.
-		for n.rn.HasReady() {
-			if _, err := n.handleReady(); err != nil {
-				if err != errStopping {
-					n.fail(err)
+		// while membership changes are pending. Then handle the campaign's
+		// Readies here too: the vote for itself reaches raft only after
+		// its Ready is handled, and the loop below would first wait for
+		// an event (the next tick, a tick interval away).
+		handleAll := func() bool {
+			for n.rn.HasReady() {
+				if _, err := n.handleReady(); err != nil {
+					if err != errStopping {
+						n.fail(err)
+					}
+					return false
 				}
-				return
 			}
+			return true
+		}
+		if !handleAll() {
+			return
 		}
 		_ = n.rn.Campaign()
+		if !handleAll() {
+			return
+		}
 	}
 	for {
 		select {
