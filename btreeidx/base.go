@@ -176,11 +176,25 @@ func (b *Base) get(key []byte) (*keyIndex, bool) {
 func (b *Base) decode(key, v []byte) *keyIndex {
 	ki, err := decodeKeyIndex(key, v)
 	if err != nil {
-		// Every block's checksum was checked when the base was opened,
-		// so this entry was written so: a bug, not damage.
-		panic(fmt.Sprintf("btreeidx: %s: a checked entry does not decode: %v", b.path, err))
+		b.undecodable(err)
 	}
 	return ki
+}
+
+// decodeScratch decodes an entry into scratch, reusing its arrays and
+// copying key into its key buffer: for walks that use each entry only
+// while they hold it, and so allocate nothing per key.
+func (b *Base) decodeScratch(scratch *keyIndex, key, v []byte) {
+	if err := decodeKeyIndexInto(scratch, append(scratch.key[:0], key...), v); err != nil {
+		b.undecodable(err)
+	}
+	scratch.scratch = true
+}
+
+func (b *Base) undecodable(err error) {
+	// Every block's checksum was checked when the base was opened, so
+	// this entry was written so: a bug, not damage.
+	panic(fmt.Sprintf("btreeidx: %s: a checked entry does not decode: %v", b.path, err))
 }
 
 func appendKeyIndex(dst []byte, ki *keyIndex) []byte {
@@ -207,6 +221,17 @@ func appendKeyIndex(dst []byte, ki *keyIndex) []byte {
 var errBadEntry = errors.New("bad entry")
 
 func decodeKeyIndex(key, v []byte) (*keyIndex, error) {
+	ki := &keyIndex{}
+	if err := decodeKeyIndexInto(ki, bytes.Clone(key), v); err != nil {
+		return nil, err
+	}
+	return ki, nil
+}
+
+// decodeKeyIndexInto decodes the entry (key, v) into dst, overwriting
+// what dst held but reusing its generation and revision arrays. dst takes
+// key as is.
+func decodeKeyIndexInto(dst *keyIndex, key, v []byte) error {
 	u := func() int64 {
 		x, n := binary.Uvarint(v)
 		if n <= 0 {
@@ -216,38 +241,47 @@ func decodeKeyIndex(key, v []byte) (*keyIndex, error) {
 		v = v[n:]
 		return int64(x)
 	}
-	k := bytes.Clone(key)
-	ki := &keyIndex{prefix: keyPrefix(k), key: k}
-	ki.lease = u()
-	ki.modified = Revision{Main: u(), Sub: u()}
+	gens := dst.generations
+	*dst = keyIndex{prefix: keyPrefix(key), key: key}
+	dst.lease = u()
+	dst.modified = Revision{Main: u(), Sub: u()}
 	ng := u()
 	if ng < 0 || ng > int64(len(v)) {
-		return nil, errBadEntry
+		return errBadEntry
 	}
-	ki.generations = make([]generation, ng)
-	for i := range ki.generations {
-		g := &ki.generations[i]
+	if int64(cap(gens)) >= ng {
+		gens = gens[:ng]
+	} else {
+		gens = append(gens[:cap(gens)], make([]generation, int(ng)-cap(gens))...)
+	}
+	dst.generations = gens
+	for i := range gens {
+		g := &gens[i]
+		revs := g.revs[:0]
 		g.ver = u()
 		g.created = Revision{Main: u(), Sub: u()}
 		nr := u()
 		if nr < 0 || nr > int64(len(v)) {
-			return nil, errBadEntry
+			return errBadEntry
 		}
-		g.revs = make([]Revision, nr)
+		if int64(cap(revs)) < nr {
+			revs = make([]Revision, 0, nr)
+		}
 		prev := int64(0)
-		for j := range g.revs {
+		for range nr {
 			d, s := u(), u()
 			if d < 0 || s < 0 {
-				return nil, errBadEntry
+				return errBadEntry
 			}
 			prev += d
-			g.revs[j] = Revision{Main: prev, Sub: s}
+			revs = append(revs, Revision{Main: prev, Sub: s})
 		}
+		g.revs = revs
 	}
-	if v == nil || len(v) != 0 || ki.lease < 0 || ng == 0 {
-		return nil, errBadEntry
+	if v == nil || len(v) != 0 || dst.lease < 0 || ng == 0 {
+		return errBadEntry
 	}
-	return ki, nil
+	return nil
 }
 
 // scheduleKey is a schedule table key.
@@ -317,20 +351,28 @@ func WriteBase(fsys vfs.FS, path string, snap *Index, rev int64, token [16]byte)
 	var werr error
 	compacted := snap.CompactedRev()
 	snap.mu.RLock()
+	var arena keyArena
 	snap.visitAll(func(ki *keyIndex) bool {
 		buf = appendKeyIndex(buf[:0], ki)
 		if werr = ew.add(ki.key, buf); werr != nil {
 			return false
 		}
 		keys++
+		var kept []byte // ki.key, kept past the call (see visit)
+		keep := func() []byte {
+			if kept == nil {
+				kept = arena.keep(ki)
+			}
+			return kept
+		}
 		if ki.live() {
 			live++
 			if ki.lease != 0 {
-				leases = append(leases, leased{ki.lease, ki.key})
+				leases = append(leases, leased{ki.lease, keep()})
 			}
 		}
 		ki.schedule(compacted, func(becomes int64, r Revision, tomb bool) {
-			scheds = append(scheds, sched{scheduleKey(nil, becomes, r, tomb), ki.key})
+			scheds = append(scheds, sched{scheduleKey(nil, becomes, r, tomb), keep()})
 		})
 		return true
 	})

@@ -364,6 +364,11 @@ func isFromKey(end []byte) bool {
 // returns false: the tree's, and the base's that the tree does not hide.
 // end follows etcd's range_end conventions except nil, which the callers
 // handle as a single-key lookup. The caller holds mu.
+//
+// A base entry is decoded into one scratch entry that the next base
+// entry overwrites: fn must not keep it, nor its key or arrays, past
+// the call. (A walk over a million keys of the base then allocates
+// nothing per key.)
 func (x *Index) visit(key, end []byte, fn func(*keyIndex) bool) {
 	bounded := !isFromKey(end)
 	if bounded && bytes.Compare(key, end) >= 0 {
@@ -374,8 +379,10 @@ func (x *Index) visit(key, end []byte, fn func(*keyIndex) bool) {
 	p := keyPrefix(key)
 	memOK := it.SeekGEFunc(func(ki *keyIndex) int { return compareKey(ki, p, key) })
 	var bit *tableIter
+	var scratch *keyIndex // the base entry in hand; allocated only with a base
 	baseOK := false
 	if x.base != nil {
+		scratch = new(keyIndex)
 		bit = x.base.entries.iter()
 		baseOK = bit.seekGE(key)
 	}
@@ -395,7 +402,8 @@ func (x *Index) visit(key, end []byte, fn func(*keyIndex) bool) {
 		case !memOK && !baseOK:
 			return
 		case baseOK && (!memOK || bytes.Compare(bit.key, mk.key) < 0):
-			ki = x.base.decode(bit.key, bit.value)
+			ki = scratch
+			x.base.decodeScratch(ki, bit.key, bit.value)
 			baseOK = bit.next()
 			x.fromBase(ki)
 			if ki.isEmpty() {
@@ -415,6 +423,26 @@ func (x *Index) visit(key, end []byte, fn func(*keyIndex) bool) {
 			return
 		}
 	}
+}
+
+// keyArena keeps the keys of a walk's entries for its result: a tree
+// entry's key as is (the entry owns it and never changes it), a base
+// entry's (held in visit's scratch entry) copied into chunks shared by
+// many keys rather than one allocation each.
+type keyArena struct{ buf []byte }
+
+const keyArenaChunk = 64 << 10
+
+func (a *keyArena) keep(ki *keyIndex) []byte {
+	if !ki.scratch {
+		return ki.key
+	}
+	n := len(ki.key)
+	if cap(a.buf)-len(a.buf) < n {
+		a.buf = make([]byte, 0, max(keyArenaChunk, n))
+	}
+	a.buf = append(a.buf, ki.key...)
+	return a.buf[len(a.buf)-n : len(a.buf) : len(a.buf)]
 }
 
 // visitAll is visit over every key.
@@ -437,9 +465,10 @@ func (x *Index) Range(key, end []byte, atRev int64) (keys [][]byte, revs []Revis
 		}
 		return [][]byte{ki.key}, []Revision{rev}
 	}
+	var arena keyArena
 	x.visit(key, end, func(ki *keyIndex) bool {
 		if rev, _, _, err := ki.get(atRev); err == nil {
-			keys = append(keys, ki.key)
+			keys = append(keys, arena.keep(ki))
 			revs = append(revs, rev)
 		}
 		return true
@@ -510,6 +539,7 @@ func (x *Index) Keys(key, end []byte, atRev int64, limit int, withTotal bool, ou
 		return append(keys, KeyAt{Key: ki.key, Modified: mod, Created: created, Version: ver}), 1
 	}
 	n := 0
+	var arena keyArena
 	x.visit(key, end, func(ki *keyIndex) bool {
 		full := limit > 0 && n >= limit
 		if full && !withTotal {
@@ -517,7 +547,7 @@ func (x *Index) Keys(key, end []byte, atRev int64, limit int, withTotal bool, ou
 		}
 		if mod, created, ver, err := ki.get(atRev); err == nil {
 			if !full {
-				keys = append(keys, KeyAt{Key: ki.key, Modified: mod, Created: created, Version: ver})
+				keys = append(keys, KeyAt{Key: arena.keep(ki), Modified: mod, Created: created, Version: ver})
 				n++
 			}
 			total++

@@ -48,8 +48,9 @@ type keyIndex struct {
 	lease int64
 	// inBase: the Index's base holds this key too, so this entry hides
 	// it; gone: an entry that only hides the base's (the key's history
-	// was compacted away). See Index.
-	inBase, gone bool
+	// was compacted away). See Index. scratch: the entry is Index.visit's
+	// decoding of a base entry, overwritten by the next.
+	inBase, gone, scratch bool
 }
 
 func compareKeyIndex(a, b *keyIndex) int { return compareKey(a, b.prefix, b.key) }
