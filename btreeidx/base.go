@@ -284,6 +284,13 @@ func decodeKeyIndexInto(dst *keyIndex, key, v []byte) error {
 	return nil
 }
 
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // scheduleKey is a schedule table key.
 func scheduleKey(dst []byte, becomes int64, r Revision, tomb bool) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, uint64(becomes))
@@ -335,9 +342,14 @@ func WriteBase(fsys vfs.FS, path string, snap *Index, rev int64, token [16]byte)
 		return err
 	}
 	bw := bufio.NewWriterSize(f, 1<<20)
+	// The schedule is collected as numbers and encoded as it is written:
+	// a key per scheduled revision, allocated and compared as bytes,
+	// took a third of the write of a million keys.
 	type sched struct {
-		key  []byte // scheduleKey
-		user []byte
+		becomes int64
+		rev     Revision
+		tomb    bool
+		user    []byte
 	}
 	var scheds []sched
 	type leased struct {
@@ -372,7 +384,7 @@ func WriteBase(fsys vfs.FS, path string, snap *Index, rev int64, token [16]byte)
 			}
 		}
 		ki.schedule(compacted, func(becomes int64, r Revision, tomb bool) {
-			scheds = append(scheds, sched{scheduleKey(nil, becomes, r, tomb), keep()})
+			scheds = append(scheds, sched{becomes, r, tomb, keep()})
 		})
 		return true
 	})
@@ -384,10 +396,22 @@ func WriteBase(fsys vfs.FS, path string, snap *Index, rev int64, token [16]byte)
 	if err != nil {
 		return err
 	}
-	slices.SortFunc(scheds, func(a, b sched) int { return bytes.Compare(a.key, b.key) })
+	// The order of scheduleKey's bytes: becomes, then the revision, then
+	// the tombstone mark, each big-endian.
+	slices.SortFunc(scheds, func(a, b sched) int {
+		if c := cmp.Compare(a.becomes, b.becomes); c != 0 {
+			return c
+		}
+		if c := a.rev.Compare(b.rev); c != 0 {
+			return c
+		}
+		return cmp.Compare(b2i(a.tomb), b2i(b.tomb))
+	})
 	sw := newTableWriter(bw, off)
+	var skey []byte
 	for _, s := range scheds {
-		if err := sw.add(s.key, s.user); err != nil {
+		skey = scheduleKey(skey[:0], s.becomes, s.rev, s.tomb)
+		if err := sw.add(skey, s.user); err != nil {
 			return err
 		}
 	}
