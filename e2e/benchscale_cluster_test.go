@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/strata-db/strata/e2e/harness"
+	"github.com/strata-db/strata/internal/poll"
 )
 
 // rowCluster is row 12: a 3-member cluster of side's binary loaded with
@@ -118,24 +119,26 @@ func (sb *bscaleBench) clusterJoin(side *bscaleSide) {
 	}
 	loadStart := time.Now()
 	idlePuts := sb.cfg.putRate * int(sb.cfg.idleWindow/time.Second)
-	for load.count() < idlePuts && time.Since(loadStart) < time.Hour {
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.UntilNilWithin(t, time.Hour, 10*time.Millisecond, side.label+" cluster: the idle window's puts", func() error {
+		if n := load.count(); n < idlePuts {
+			return fmt.Errorf("%d of %d puts", n, idlePuts)
+		}
+		return nil
+	})
 
 	t0 := time.Now()
 	var add *clientv3.MemberAddResponse
-	for {
+	// Retried while the cluster reports itself unhealthy (a member just
+	// started); any other error fails the row.
+	poll.UntilNilWithin(t, 5*time.Minute, 50*time.Millisecond, side.label+" cluster: member add --learner "+m4.AdvertisePeerURL, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		add, err = admin.MemberAddAsLearner(ctx, []string{m4.AdvertisePeerURL})
 		cancel()
-		if err == nil {
-			break
-		}
-		if !scaleIsErr(err, rpctypes.ErrUnhealthy) || time.Since(t0) > 5*time.Minute {
+		if err != nil && !scaleIsErr(err, rpctypes.ErrUnhealthy) {
 			t.Fatalf("%s cluster: member add --learner %s: %v", side.label, m4.AdvertisePeerURL, err)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
 	var initial []string
 	for _, pm := range add.Members {
 		name := pm.Name
@@ -168,36 +171,36 @@ func (sb *bscaleBench) clusterJoin(side *bscaleSide) {
 
 	// In sync: the learner's revision reaches the one the leader had
 	// just before it was asked.
-	var tSync time.Time
-	for {
+	poll.UntilNilWithin(t, 2*time.Hour, 50*time.Millisecond, side.label+" cluster: m4 in sync", func() error {
 		startErr()
 		lst, lerr := status(leader.ClientURL)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		mst, merr := m4cli.Status(ctx, m4.ClientURL)
 		cancel()
-		if lerr == nil && merr == nil && mst.Header.Revision >= lst.Header.Revision {
-			tSync = time.Now()
-			break
+		switch {
+		case lerr != nil:
+			return fmt.Errorf("leader: %v", lerr)
+		case merr != nil:
+			return fmt.Errorf("m4: %v", merr)
+		case mst.Header.Revision < lst.Header.Revision:
+			return fmt.Errorf("m4 at revision %d, the leader at %d", mst.Header.Revision, lst.Header.Revision)
 		}
-		if time.Since(t0) > 2*time.Hour {
-			t.Fatalf("%s cluster: m4 not in sync 2 h after the add (leader: %v, m4: %v)", side.label, lerr, merr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	tSync := time.Now()
 	promotes := 0
-	for {
+	// Retried while the learner is not ready (etcd's own check of its
+	// log) or on a retryable error; any other error fails the row.
+	poll.UntilNilWithin(t, 2*time.Hour, 50*time.Millisecond, fmt.Sprintf("%s cluster: member promote %x", side.label, add.Member.ID), func() error {
 		promotes++
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		_, err := admin.MemberPromote(ctx, add.Member.ID)
 		cancel()
-		if err == nil {
-			break
-		}
-		if !scaleIsErr(err, rpctypes.ErrMemberLearnerNotReady) && !scaleRetryable(err) || time.Since(t0) > 2*time.Hour {
+		if err != nil && !scaleIsErr(err, rpctypes.ErrMemberLearnerNotReady) && !scaleRetryable(err) {
 			t.Fatalf("%s cluster: member promote %x: %v", side.label, add.Member.ID, err)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
 	tProm := time.Now()
 	if err := <-started; err != nil {
 		t.Fatalf("%s cluster: m4 did not start: %v", side.label, err)
@@ -235,17 +238,16 @@ func (sb *bscaleBench) clusterJoin(side *bscaleSide) {
 	members := append(slices.Clone(c.Members), m4)
 	hashes := map[uint32][]string{}
 	for _, m := range members {
-		deadline := time.Now().Add(10 * time.Minute)
-		for {
+		poll.UntilNilWithin(t, 10*time.Minute, 20*time.Millisecond, fmt.Sprintf("%s cluster: %s to apply revision %d", side.label, m.Name(), rev), func() error {
 			st, err := status(m.ClientURL)
-			if err == nil && st.Header.Revision >= rev {
-				break
+			if err != nil {
+				return err
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s cluster: %s has not applied revision %d: %v", side.label, m.Name(), rev, err)
+			if st.Header.Revision < rev {
+				return fmt.Errorf("at revision %d", st.Header.Revision)
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		hk, err := admin.HashKV(ctx, m.ClientURL, rev)
 		cancel()

@@ -90,9 +90,15 @@ func (sb *bscaleBench) rowRestart(side *bscaleSide) {
 	side.set("restart.kill.rss", float64(rss))
 	t.Logf("SCALE restart %s: after kill -9, first read %s after the start; RssAnon %s 5 s later", side.label, bscaleDur(d.Seconds()), bscaleSize(rss))
 
+	// How long the stop takes, to the process's exit: what a supervisor
+	// waits before it may start the member again (Strata may write its
+	// index base on the way out, mvcc/indexbase.go).
+	t0 := time.Now()
 	if err := side.srv.Stop(); err != nil {
 		t.Fatalf("%s: stop (SIGTERM): %v", side.label, err)
 	}
+	side.set("restart.stop", time.Since(t0).Seconds())
+	t.Logf("SCALE restart %s: SIGTERM to exit in %s", side.label, bscaleDur(time.Since(t0).Seconds()))
 	sb.cold(side.srv.DataDir)
 	d, rss = sb.timedStart(side, side.srv, key, val, true)
 	side.set("restart.term", d.Seconds())

@@ -648,6 +648,7 @@ func (sb *bscaleBench) table() ([]bsTableRow, []string) {
 		}
 		cmp(3, "3f", "RssAnon 5 s after the first read, kill -9 restart", "restart.kill.rss", size, none)
 		cmp(3, "3g", "RssAnon 5 s after the first read, SIGTERM restart", "restart.term.rss", size, none)
+		cmp(3, "3h", "stop after SIGTERM: signal to the process's exit", "restart.stop", bscaleDur, none)
 	}
 
 	if sb.cfg.rows[4] {

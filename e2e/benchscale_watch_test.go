@@ -14,6 +14,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/strata-db/strata/internal/poll"
 )
 
 // rowWatch is row 13: watchers spread over prefixes and streams that
@@ -139,10 +141,12 @@ func (sb *bscaleBench) rowWatch(side *bscaleSide) {
 		t.Fatalf("%s: put load: %v", side.label, err)
 	}
 	puts := c.watchRate * int(c.watchFor/time.Second)
-	deadline := time.Now().Add(time.Hour)
-	for load.count() < puts && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.UntilNilWithin(t, time.Hour, 10*time.Millisecond, side.label+": the watch row's puts", func() error {
+		if n := load.count(); n < puts {
+			return fmt.Errorf("%d of %d puts", n, puts)
+		}
+		return nil
+	})
 	after := rssAnon(side.srv.Pid())
 	samples := load.finish()
 	ok := 0
