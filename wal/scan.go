@@ -159,7 +159,8 @@ func (s *segmentSource) firstNonZero(off int64) (int64, error) {
 
 // readSegmentHeader reads and decodes the header record at the start of
 // the segment at path, reading only as much of the file as the record
-// takes (a segment is 64 MiB; its header a few dozen bytes).
+// takes (a segment is 64 MiB; its header a few dozen bytes): a source
+// whose reads are a page, grown by record to what the length word says.
 func readSegmentHeader(fs vfs.FS, path string) (Record, error) {
 	f, err := fs.OpenFile(path, os.O_RDONLY, 0)
 	if err != nil {
@@ -170,31 +171,18 @@ func readSegmentHeader(fs vfs.FS, path string) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	missing := &CorruptError{File: path, Offset: 0, Reason: "missing segment header"}
-	buf := make([]byte, min(size, 4096))
-	for {
-		if _, err := f.ReadAt(buf, 0); err != nil && !errors.Is(err, io.EOF) {
-			return Record{}, fmt.Errorf("wal: read %s: %w", path, err)
-		}
-		rec, err := decodeRecord(buf)
-		if errors.Is(err, errShort) && len(buf) >= headerSize && int64(len(buf)) < size {
-			// A header longer than the first read: read exactly what its
-			// length word says (decodeRecord has not checked it yet).
-			n := int(binary.LittleEndian.Uint32(buf[0:4]))
-			if n > MaxRecordSize || int64(headerSize+padded(n)) > size {
-				return Record{}, missing
-			}
-			buf = make([]byte, headerSize+padded(n))
-			continue
-		}
-		if err != nil || rec.Type != typeSegment {
-			return Record{}, missing
-		}
-		return rec, nil
+	src := newSegmentSource(f, path, size, 4096, nil)
+	rec, err := src.record(0, nil)
+	if src.err != nil {
+		return Record{}, src.err
 	}
+	if err != nil || rec.Type != typeSegment {
+		return Record{}, &CorruptError{File: path, Offset: 0, Reason: "missing segment header"}
+	}
+	return rec, nil
 }
 
-// scanSegment decodes the records of one segment held in data and calls fn
+// scanSegment decodes the records of the segment src reads and calls fn
 // for each record of every complete unit, in order, with its offset. The
 // segment header record is checked against the file name but not passed
 // to fn.
