@@ -524,22 +524,39 @@ type KeyAt struct {
 // its mod revision, appended to out: everything etcd's keys-only read
 // returns, which the index answers without the stored values.
 func (x *Index) Keys(key, end []byte, atRev int64, limit int, withTotal bool, out []KeyAt) (keys []KeyAt, total int) {
+	keys = out
+	var arena keyArena
+	total = x.eachKey(key, end, atRev, limit, withTotal, func(ki *keyIndex, ka KeyAt) {
+		ka.Key = arena.keep(ki)
+		keys = append(keys, ka)
+	})
+	return keys, total
+}
+
+// EachKey is Keys calling fn with each key instead of collecting them,
+// for a caller that encodes them as it goes: ka.Key is valid only during
+// the call. fn runs under the index's read lock and must not call back
+// into the index.
+func (x *Index) EachKey(key, end []byte, atRev int64, limit int, withTotal bool, fn func(ka KeyAt)) (total int) {
+	return x.eachKey(key, end, atRev, limit, withTotal, func(_ *keyIndex, ka KeyAt) { fn(ka) })
+}
+
+func (x *Index) eachKey(key, end []byte, atRev int64, limit int, withTotal bool, fn func(ki *keyIndex, ka KeyAt)) (total int) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	keys = out
 	if end == nil {
 		ki, ok := x.lookup(key)
 		if !ok {
-			return keys, 0
+			return 0
 		}
 		mod, created, ver, err := ki.get(atRev)
 		if err != nil {
-			return keys, 0
+			return 0
 		}
-		return append(keys, KeyAt{Key: ki.key, Modified: mod, Created: created, Version: ver}), 1
+		fn(ki, KeyAt{Key: ki.key, Modified: mod, Created: created, Version: ver})
+		return 1
 	}
 	n := 0
-	var arena keyArena
 	x.visit(key, end, func(ki *keyIndex) bool {
 		full := limit > 0 && n >= limit
 		if full && !withTotal {
@@ -547,14 +564,14 @@ func (x *Index) Keys(key, end []byte, atRev int64, limit int, withTotal bool, ou
 		}
 		if mod, created, ver, err := ki.get(atRev); err == nil {
 			if !full {
-				keys = append(keys, KeyAt{Key: arena.keep(ki), Modified: mod, Created: created, Version: ver})
+				fn(ki, KeyAt{Key: ki.key, Modified: mod, Created: created, Version: ver})
 				n++
 			}
 			total++
 		}
 		return true
 	})
-	return keys, total
+	return total
 }
 
 // CountRevisions returns how many keys in [key, end) (end as for Range)

@@ -676,6 +676,25 @@ func (r *ReadTx) GetRevisionBuf(rev Revision, buf []byte) (value, next []byte, e
 	return r.kb.GetBuf(appendRevKey(kbuf[:0], rev, false), buf)
 }
 
+// GetRevisionStored is GetRevision for a reader that sizes one buffer
+// for many values before copying them out with AppendRevision
+// (pagestore.StoredValue): found is false if the store has no record of
+// rev. The result is valid until Close.
+func (r *ReadTx) GetRevisionStored(rev Revision) (sv pagestore.StoredValue, found bool, err error) {
+	if rec, ok := r.findPending(rev); ok {
+		return pagestore.PlainValue(rec.value), true, nil
+	}
+	var kbuf [markedRevKeyLen]byte
+	return r.kb.GetStored(appendRevKey(kbuf[:0], rev, false))
+}
+
+// AppendRevision appends the value GetRevisionStored returned for rev to
+// dst, inflated: exactly sv.Len() bytes.
+func (r *ReadTx) AppendRevision(dst []byte, rev Revision, sv pagestore.StoredValue) ([]byte, error) {
+	var kbuf [markedRevKeyLen]byte
+	return r.kb.AppendValue(dst, appendRevKey(kbuf[:0], rev, false), sv)
+}
+
 // ScanRevisions calls fn for every key record with from <= main <= to in
 // revision order, committed ones first, then pending ones. fn's slices are
 // valid until Close. Returning false stops the scan.

@@ -2,14 +2,12 @@ package mvcc
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"sort"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // This file implements etcd's request semantics (Range, Put, DeleteRange,
@@ -69,62 +67,6 @@ func (s *Store) Range(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	}
 	// A compaction past the read revision that started during the read
 	// may have removed what it looked at: report it as compacted.
-	if at := r.Revision; at > 0 && at < s.compactRev.Load() {
-		return nil, ErrCompacted
-	}
-	return resp, nil
-}
-
-// RangeEncoded is Range for a response that goes straight to the wire.
-// Each stored value is already an encoded mvccpb.KeyValue, so when the
-// request needs no decoded values (keys in key order, no sort target, no
-// revision filters, values wanted) the values are copied as stored, each framed as
-// field 2 (kvs) of RangeResponse, into the response's unknown fields: the
-// marshaller writes them verbatim and a client decodes them as Kvs, but
-// nothing is decoded, allocated per key or encoded again on the server.
-// The response's Kvs stays empty, so it is only for a caller that sends
-// it on as it is; any other request is served as Range serves it.
-func (s *Store) RangeEncoded(r *pb.RangeRequest) (*pb.RangeResponse, error) {
-	// A target other than the key sorts, even with order NONE (see
-	// sortKVs).
-	if r.KeysOnly || r.CountOnly || r.SortTarget != pb.RangeRequest_KEY || !defaultOrdering(r.SortTarget, r.SortOrder) || hasRevisionFilters(r) {
-		return s.Range(r)
-	}
-	v := &view{s: s, rev: s.rev.Load()}
-	defer v.close()
-	v.ops.ranges++
-	atRev, err := v.readRev(r.Revision)
-	if err != nil {
-		return nil, err
-	}
-	revs, total := s.index().Revisions(r.Key, rangeEnd(r.RangeEnd), atRev, int(fetchLimit(r.Limit)), true)
-	resp := &pb.RangeResponse{Header: &pb.ResponseHeader{Revision: v.rev}, Count: int64(total)}
-	if r.Limit > 0 && len(revs) > int(r.Limit) {
-		revs = revs[:r.Limit]
-		resp.More = true
-	}
-	if len(revs) > 0 {
-		var buf []byte
-		// Values the page store keeps compressed are decoded into one
-		// scratch buffer, each copied into buf before the next.
-		var scratch []byte
-		for _, rev := range revs {
-			raw, next, err := v.storedBuf(rev, scratch)
-			if err != nil {
-				return nil, err
-			}
-			scratch = next
-			if buf == nil {
-				// Sized from the first value: most ranges hold values of
-				// similar sizes, and append grows it otherwise.
-				buf = make([]byte, 0, (len(raw)+4)*len(revs)+16)
-			}
-			buf = append(buf, rangeKvsTag)
-			buf = binary.AppendUvarint(buf, uint64(len(raw)))
-			buf = append(buf, raw...)
-		}
-		resp.ProtoReflect().SetUnknown(protoreflect.RawFields(buf))
-	}
 	if at := r.Revision; at > 0 && at < s.compactRev.Load() {
 		return nil, ErrCompacted
 	}

@@ -324,6 +324,8 @@ func checkRange(t *testing.T, i int, s *Store, m *model, g *opGen) {
 	}
 	if g.rng.Intn(8) == 0 {
 		req.CountOnly = true
+	} else if g.rng.Intn(6) == 0 {
+		req.KeysOnly = true
 	}
 	// Half the ranges as the gRPC handler serves them: encoded straight
 	// from the stored values, then decoded as a client decodes them.
@@ -375,7 +377,11 @@ func checkRange(t *testing.T, i int, s *Store, m *model, g *opGen) {
 	}
 	st := m.at(at)
 	for j, k := range keys {
-		checkKV(t, i, resp.Kvs[j], k, st[k])
+		want := st[k]
+		if req.KeysOnly {
+			want.value = ""
+		}
+		checkKV(t, i, resp.Kvs[j], k, want)
 	}
 }
 

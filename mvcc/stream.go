@@ -1,8 +1,6 @@
 package mvcc
 
 import (
-	"encoding/binary"
-
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -84,40 +82,36 @@ func (s *Store) rangeChunk(r *pb.RangeRequest, maxBytes int) (resp *pb.RangeResp
 }
 
 // encodedChunk puts keys' key-values into resp's unknown fields as
-// RangeEncoded does: the stored bytes of each, or for a keys-only read
-// the key and its revisions encoded from the index.
+// RangeEncoded does: the stored bytes of each (encodeStored), or for a
+// keys-only read the key and its revisions encoded from the index, in
+// one buffer of their exact size that ends before maxBytes.
 func (v *view) encodedChunk(resp *pb.RangeResponse, keys []btreeidx.KeyAt, fromIndex bool, maxBytes int) (int, []byte, error) {
-	var buf, scratch []byte
+	var buf []byte
 	n := 0
-	for _, k := range keys {
-		var kv []byte
-		if fromIndex {
-			scratch = appendIndexKV(scratch[:0], k)
-			kv = scratch
-		} else {
-			raw, next, err := v.storedBuf(k.Modified, scratch)
-			if err != nil {
-				return 0, nil, err
+	if fromIndex {
+		size := 0
+		for _, k := range keys {
+			framed := 1 + protowire.SizeBytes(indexKVSize(k))
+			if n > 0 && maxBytes > 0 && size+framed > maxBytes {
+				break
 			}
-			kv, scratch = raw, next
+			size += framed
+			n++
 		}
-		framed := 1 + protowire.SizeBytes(len(kv))
-		if n > 0 && maxBytes > 0 && len(buf)+framed > maxBytes {
-			resp.More = true
-			break
+		buf = make([]byte, 0, size)
+		for _, k := range keys[:n] {
+			buf = append(buf, rangeKvsTag)
+			buf = protowire.AppendVarint(buf, uint64(indexKVSize(k)))
+			buf = appendIndexKV(buf, k)
 		}
-		if buf == nil {
-			// Sized from the first key-value, as RangeEncoded's buffer.
-			c := framed * len(keys)
-			if maxBytes > 0 {
-				c = min(c, max(maxBytes, framed))
-			}
-			buf = make([]byte, 0, c)
+	} else {
+		var err error
+		if buf, n, err = v.encodeStored(len(keys), func(i int) Revision { return keys[i].Modified }, maxBytes); err != nil {
+			return 0, nil, err
 		}
-		buf = append(buf, rangeKvsTag)
-		buf = binary.AppendUvarint(buf, uint64(len(kv)))
-		buf = append(buf, kv...)
-		n++
+	}
+	if n < len(keys) {
+		resp.More = true
 	}
 	resp.ProtoReflect().SetUnknown(protoreflect.RawFields(buf))
 	return n, append([]byte(nil), keys[n-1].Key...), nil
@@ -161,6 +155,20 @@ func (v *view) sortedChunk(resp *pb.RangeResponse, keys []btreeidx.KeyAt, limit 
 	}
 	resp.Kvs = rr.kvs
 	return len(rr.kvs), append([]byte(nil), rr.kvs[len(rr.kvs)-1].Key...), nil
+}
+
+// indexKVSize is the length of appendIndexKV's encoding of k.
+func indexKVSize(k btreeidx.KeyAt) int {
+	n := 0
+	if len(k.Key) > 0 {
+		n += 1 + protowire.SizeBytes(len(k.Key))
+	}
+	for _, v := range [3]int64{k.Created.Main, k.Modified.Main, k.Version} {
+		if v != 0 {
+			n += 1 + protowire.SizeVarint(uint64(v))
+		}
+	}
+	return n
 }
 
 // appendIndexKV appends the mvccpb.KeyValue of a keys-only read of k, as

@@ -110,6 +110,30 @@ func TestCompressedValuesReadBack(t *testing.T) {
 				}
 				buf = next
 			}
+			// GetStored then AppendValue into one buffer of the summed
+			// lengths: every value lands in place, none is moved.
+			stored := make([]StoredValue, len(cases))
+			total := 0
+			for j, c := range cases {
+				sv, found, err := b.GetStored([]byte(c.key))
+				if err != nil || !found || sv.Len() != len(c.value) {
+					t.Fatalf("%s: GetStored %s: found %v, length %d, %v; want %d bytes", when, c.key, found, sv.Len(), err, len(c.value))
+				}
+				stored[j] = sv
+				total += sv.Len()
+			}
+			all := make([]byte, 0, total)
+			for j, c := range cases {
+				at := len(all)
+				out, err := b.AppendValue(all, []byte(c.key), stored[j])
+				if err != nil || !bytes.Equal(out[at:], c.value) || cap(out) != total || len(out) > 0 && &out[:1][0] != &all[:1][0] {
+					t.Fatalf("%s: AppendValue %s: %d bytes (buffer moved: %v), %v", when, c.key, len(out)-at, cap(out) != total, err)
+				}
+				all = out
+			}
+			if _, found, err := b.GetStored([]byte("no such key")); found || err != nil {
+				t.Fatalf("%s: GetStored of a missing key: found %v, %v", when, found, err)
+			}
 			cur := b.Cursor()
 			i := 0
 			for k, v := cur.First(); k != nil; k, v = cur.Next() {
@@ -267,6 +291,13 @@ func TestCorruptCompressedValue(t *testing.T) {
 					}
 					if _, _, berr := b.GetBuf([]byte(key), make([]byte, 0, 64)); berr == nil || berr.Error() != gerr.Error() {
 						t.Fatalf("GetBuf %s: %v; want Get's %v", key, berr, gerr)
+					}
+					if sv, _, serr := b.GetStored([]byte(key)); serr != nil {
+						if serr.Error() != gerr.Error() {
+							t.Fatalf("GetStored %s: %v; want Get's %v", key, serr, gerr)
+						}
+					} else if _, aerr := b.AppendValue(nil, []byte(key), sv); aerr == nil || aerr.Error() != gerr.Error() {
+						t.Fatalf("AppendValue %s: %v; want Get's %v", key, aerr, gerr)
 					}
 					cur := b.Cursor()
 					for k, _ := cur.First(); k != nil; k, _ = cur.Next() {
