@@ -284,6 +284,58 @@ func decodeKeyIndexInto(dst *keyIndex, key, v []byte) error {
 	return nil
 }
 
+// peekAt is keyIndex.get(atRev) for the encoded base entry v, answered
+// without decoding it into a keyIndex, when atRev is at or after the
+// key's last change: then what a read sees is the key's last generation
+// as it stands, its last revision, create revision and version if it has
+// revisions, nothing if a tombstone ended it. A compaction since the base
+// (fromBase) changes neither: it keeps each live generation's last
+// revision and drops only generations a tombstone at or before it ended.
+// ok is false when atRev is before the last change or v does not parse
+// as expected; the caller then decodes the entry.
+func peekAt(v []byte, atRev int64) (mod, created Revision, ver int64, found, ok bool) {
+	bad := false
+	u := func() int64 {
+		x, n := binary.Uvarint(v)
+		if n <= 0 {
+			bad = true
+			return 0
+		}
+		v = v[n:]
+		return int64(x)
+	}
+	u() // lease
+	if modMain := u(); bad || atRev < modMain {
+		return Revision{}, Revision{}, 0, false, false
+	}
+	u() // modified.Sub
+	ng := u()
+	if bad || ng <= 0 {
+		return Revision{}, Revision{}, 0, false, false
+	}
+	var nr int64
+	for range ng {
+		ver = u()
+		created = Revision{Main: u(), Sub: u()}
+		nr = u()
+		if bad || nr < 0 || nr > int64(len(v)) {
+			return Revision{}, Revision{}, 0, false, false
+		}
+		prev := int64(0)
+		for range nr {
+			prev += u()
+			mod = Revision{Main: prev, Sub: u()}
+		}
+	}
+	if bad || len(v) != 0 {
+		return Revision{}, Revision{}, 0, false, false
+	}
+	if nr == 0 {
+		return Revision{}, Revision{}, 0, false, true
+	}
+	return mod, created, ver, true, true
+}
+
 func b2i(b bool) int {
 	if b {
 		return 1
@@ -373,7 +425,7 @@ func WriteBase(fsys vfs.FS, path string, snap *Index, rev int64, token [16]byte)
 		var kept []byte // ki.key, kept past the call (see visit)
 		keep := func() []byte {
 			if kept == nil {
-				kept = arena.keep(ki)
+				kept = arena.keep(ki.key, ki)
 			}
 			return kept
 		}

@@ -60,6 +60,65 @@ func TestScheduleMatchesCompaction(t *testing.T) {
 	}
 }
 
+// TestPeekAtMatchesGet: wherever peekAt answers a read from a base
+// entry's encoding, the answer is the one the decoded entry gives, after
+// any compaction since the base; and it answers every read at or after
+// the key's last change.
+func TestPeekAtMatchesGet(t *testing.T) {
+	rng := testRand(t)
+	for round := 0; round < 3000; round++ {
+		ki := newKeyIndex([]byte("k"), 1)
+		main := int64(1)
+		for n := 1 + rng.IntN(12); n > 0; n-- {
+			sub := int64(0)
+			if rng.IntN(3) > 0 {
+				main += 1 + rng.Int64N(3)
+			} else {
+				sub = ki.modified.Sub + 1
+			}
+			r := Revision{Main: main, Sub: sub}
+			if ki.live() && rng.IntN(3) == 0 {
+				if err := ki.tombstone(r); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := ki.put(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		enc := appendKeyIndex(nil, ki)
+		for compactAt := int64(0); compactAt <= main+1; compactAt += 1 + rng.Int64N(3) {
+			c := ki.clone(2)
+			if genIdx, revIdx := c.compactPlan(compactAt, nil); needsCompact(genIdx, revIdx) {
+				c.applyCompact(genIdx, revIdx)
+			}
+			for at := compactAt; at <= main+2; at++ {
+				mod, created, ver, found, ok := peekAt(enc, at)
+				if !ok {
+					if at >= ki.modified.Main {
+						t.Fatalf("round %d, history %v: no answer at %d, after the last change %v", round, ki.generations, at, ki.modified)
+					}
+					continue
+				}
+				var wmod, wcreated Revision
+				var wver int64
+				wfound := false
+				if !c.isEmpty() {
+					var err error
+					wmod, wcreated, wver, err = c.get(at)
+					wfound = err == nil
+				}
+				if found != wfound || found && (mod != wmod || created != wcreated || ver != wver) {
+					t.Fatalf("round %d, history %v, compacted at %d: at %d peekAt says %v %v %d found %v; the entry says %v %v %d found %v",
+						round, ki.generations, compactAt, at, mod, created, ver, found, wmod, wcreated, wver, wfound)
+				}
+			}
+		}
+	}
+	if _, _, _, _, ok := peekAt([]byte{0x80}, 100); ok {
+		t.Fatal("peekAt answered from a truncated entry")
+	}
+}
+
 // TestOpenBaseDamaged: a base whose bytes changed anywhere, or that was
 // cut short, is refused with an error naming the file and an offset, and
 // never opens with different contents.

@@ -370,6 +370,50 @@ func isFromKey(end []byte) bool {
 // the call. (A walk over a million keys of the base then allocates
 // nothing per key.)
 func (x *Index) visit(key, end []byte, fn func(*keyIndex) bool) {
+	var scratch *keyIndex // the base entry in hand; allocated only with a base
+	if x.base != nil {
+		scratch = new(keyIndex)
+	}
+	x.walk(key, end, func(k, v []byte) bool {
+		x.base.decodeScratch(scratch, k, v)
+		x.fromBase(scratch)
+		return scratch.isEmpty() || fn(scratch)
+	}, func(ki *keyIndex) bool {
+		return ki.gone || fn(ki)
+	})
+}
+
+// visitAt is visit for a read at atRev: fn gets each key that exists at
+// atRev, with what keyIndex.get returns for it. ki is the key's entry
+// when the walk has one; a base entry whose answer is read off its
+// encoding (peekAt, the common case of a read at or after the key's last
+// change) comes with ki nil and k valid only during the call.
+func (x *Index) visitAt(key, end []byte, atRev int64, fn func(k []byte, ki *keyIndex, mod, created Revision, ver int64) bool) {
+	var scratch *keyIndex
+	if x.base != nil {
+		scratch = new(keyIndex)
+	}
+	at := func(ki *keyIndex) bool {
+		mod, created, ver, err := ki.get(atRev)
+		return err != nil || fn(ki.key, ki, mod, created, ver)
+	}
+	x.walk(key, end, func(k, v []byte) bool {
+		if mod, created, ver, found, ok := peekAt(v, atRev); ok {
+			return !found || fn(k, nil, mod, created, ver)
+		}
+		x.base.decodeScratch(scratch, k, v)
+		x.fromBase(scratch)
+		return scratch.isEmpty() || at(scratch)
+	}, func(ki *keyIndex) bool {
+		return ki.gone || at(ki)
+	})
+}
+
+// walk merges the tree's entries in [key, end) with the base's, in key
+// order, a tree entry hiding the base's of the same key: onBase gets a
+// base entry still encoded (k and v valid only during the call), onTree
+// a tree entry. Either returning false ends the walk.
+func (x *Index) walk(key, end []byte, onBase func(k, v []byte) bool, onTree func(*keyIndex) bool) {
 	bounded := !isFromKey(end)
 	if bounded && bytes.Compare(key, end) >= 0 {
 		return
@@ -377,50 +421,47 @@ func (x *Index) visit(key, end []byte, fn func(*keyIndex) bool) {
 	var it Iter[*keyIndex]
 	it.reset(x.tree)
 	p := keyPrefix(key)
-	memOK := it.SeekGEFunc(func(ki *keyIndex) int { return compareKey(ki, p, key) })
+	// mk is the tree's next entry in range, nil when there is none; it is
+	// checked against end once, when the tree's iterator reaches it, not
+	// again for each base entry walked before it.
+	var mk *keyIndex
+	nextTree := func(ok bool) {
+		mk = nil
+		if ok {
+			if ki := it.Item(); !bounded || bytes.Compare(ki.key, end) < 0 {
+				mk = ki
+			}
+		}
+	}
+	nextTree(it.SeekGEFunc(func(ki *keyIndex) int { return compareKey(ki, p, key) }))
 	var bit *tableIter
-	var scratch *keyIndex // the base entry in hand; allocated only with a base
 	baseOK := false
 	if x.base != nil {
-		scratch = new(keyIndex)
 		bit = x.base.entries.iter()
 		baseOK = bit.seekGE(key)
 	}
 	for {
-		var mk *keyIndex
-		if memOK {
-			mk = it.Item()
-			if bounded && bytes.Compare(mk.key, end) >= 0 {
-				memOK = false
-			}
-		}
 		if baseOK && bounded && bytes.Compare(bit.key, end) >= 0 {
 			baseOK = false
 		}
-		var ki *keyIndex
 		switch {
-		case !memOK && !baseOK:
+		case mk == nil && !baseOK:
 			return
-		case baseOK && (!memOK || bytes.Compare(bit.key, mk.key) < 0):
-			ki = scratch
-			x.base.decodeScratch(ki, bit.key, bit.value)
+		case baseOK && (mk == nil || bytes.Compare(bit.key, mk.key) < 0):
+			more := onBase(bit.key, bit.value)
 			baseOK = bit.next()
-			x.fromBase(ki)
-			if ki.isEmpty() {
-				continue
+			if !more {
+				return
 			}
 		default:
 			if baseOK && bytes.Equal(bit.key, mk.key) {
 				baseOK = bit.next() // hidden by the tree's entry
 			}
-			ki = mk
-			memOK = it.Next()
-			if ki.gone {
-				continue
+			ki := mk
+			nextTree(it.Next())
+			if !onTree(ki) {
+				return
 			}
-		}
-		if !fn(ki) {
-			return
 		}
 	}
 }
@@ -433,15 +474,17 @@ type keyArena struct{ buf []byte }
 
 const keyArenaChunk = 64 << 10
 
-func (a *keyArena) keep(ki *keyIndex) []byte {
-	if !ki.scratch {
+// keep returns key k of a walk's entry ki (nil: a base entry read
+// without decoding, k valid only during the walk's call) for a result.
+func (a *keyArena) keep(k []byte, ki *keyIndex) []byte {
+	if ki != nil && !ki.scratch {
 		return ki.key
 	}
-	n := len(ki.key)
+	n := len(k)
 	if cap(a.buf)-len(a.buf) < n {
 		a.buf = make([]byte, 0, max(keyArenaChunk, n))
 	}
-	a.buf = append(a.buf, ki.key...)
+	a.buf = append(a.buf, k...)
 	return a.buf[len(a.buf)-n : len(a.buf) : len(a.buf)]
 }
 
@@ -466,11 +509,9 @@ func (x *Index) Range(key, end []byte, atRev int64) (keys [][]byte, revs []Revis
 		return [][]byte{ki.key}, []Revision{rev}
 	}
 	var arena keyArena
-	x.visit(key, end, func(ki *keyIndex) bool {
-		if rev, _, _, err := ki.get(atRev); err == nil {
-			keys = append(keys, arena.keep(ki))
-			revs = append(revs, rev)
-		}
+	x.visitAt(key, end, atRev, func(k []byte, ki *keyIndex, mod, _ Revision, _ int64) bool {
+		keys = append(keys, arena.keep(k, ki))
+		revs = append(revs, mod)
 		return true
 	})
 	return keys, revs
@@ -494,17 +535,15 @@ func (x *Index) Revisions(key, end []byte, atRev int64, limit int, withTotal boo
 		}
 		return []Revision{rev}, 1
 	}
-	x.visit(key, end, func(ki *keyIndex) bool {
+	x.visitAt(key, end, atRev, func(_ []byte, _ *keyIndex, mod, _ Revision, _ int64) bool {
 		full := limit > 0 && len(revs) >= limit
 		if full && !withTotal {
 			return false
 		}
-		if rev, _, _, err := ki.get(atRev); err == nil {
-			if !full {
-				revs = append(revs, rev)
-			}
-			total++
+		if !full {
+			revs = append(revs, mod)
 		}
+		total++
 		return true
 	})
 	return revs, total
@@ -527,7 +566,7 @@ func (x *Index) Keys(key, end []byte, atRev int64, limit int, withTotal bool, ou
 	keys = out
 	var arena keyArena
 	total = x.eachKey(key, end, atRev, limit, withTotal, func(ki *keyIndex, ka KeyAt) {
-		ka.Key = arena.keep(ki)
+		ka.Key = arena.keep(ka.Key, ki)
 		keys = append(keys, ka)
 	})
 	return keys, total
@@ -557,18 +596,16 @@ func (x *Index) eachKey(key, end []byte, atRev int64, limit int, withTotal bool,
 		return 1
 	}
 	n := 0
-	x.visit(key, end, func(ki *keyIndex) bool {
+	x.visitAt(key, end, atRev, func(k []byte, ki *keyIndex, mod, created Revision, ver int64) bool {
 		full := limit > 0 && n >= limit
 		if full && !withTotal {
 			return false
 		}
-		if mod, created, ver, err := ki.get(atRev); err == nil {
-			if !full {
-				fn(ki, KeyAt{Key: ki.key, Modified: mod, Created: created, Version: ver})
-				n++
-			}
-			total++
+		if !full {
+			fn(ki, KeyAt{Key: k, Modified: mod, Created: created, Version: ver})
+			n++
 		}
+		total++
 		return true
 	})
 	return total
@@ -590,10 +627,8 @@ func (x *Index) CountRevisions(key, end []byte, atRev int64, limit int) int {
 		return 1
 	}
 	n := 0
-	x.visit(key, end, func(ki *keyIndex) bool {
-		if _, _, _, err := ki.get(atRev); err == nil {
-			n++
-		}
+	x.visitAt(key, end, atRev, func([]byte, *keyIndex, Revision, Revision, int64) bool {
+		n++
 		return limit <= 0 || n < limit
 	})
 	return n
