@@ -84,6 +84,10 @@ type Config struct {
 	SnapshotDir string
 	// WAL configures the log. Nil means defaults.
 	WAL *wal.Options
+	// Preload, if set, is the log already being read (PreloadWAL, with
+	// the same WALDir and WAL options): a restart takes it instead of
+	// reading the log itself.
+	Preload *WALPreload
 	// TickInterval is one raft tick, etcd's --heartbeat-interval.
 	TickInterval time.Duration
 	// ElectionTicks and HeartbeatTicks are in ticks (etcd derives
@@ -312,6 +316,9 @@ func Start(cfg Config) (*Node, error) {
 		n.fs = vfs.Default
 	}
 	restart := wal.Exist(fs, cfg.WALDir)
+	if !restart {
+		cfg.Preload.Discard()
+	}
 	var err error
 	if restart {
 		err = n.restore(walOpts)
@@ -381,12 +388,27 @@ func Start(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// restore opens the WAL at its latest snapshot and loads raft's log.
-func (n *Node) restore(opts *wal.Options) error {
-	snap, err := wal.LastSnapshot(opts.FS, n.cfg.WALDir)
+// restore opens the WAL at its latest snapshot and loads raft's log,
+// or takes the log Config.Preload read.
+func (n *Node) restore(opts *wal.Options) (err error) {
+	var snap wal.Snapshot
+	var w *wal.WAL
+	var hs *raftpb.HardState
+	var ents []*raftpb.Entry
+	if n.cfg.Preload != nil {
+		snap, w, hs, ents, err = n.cfg.Preload.result()
+	} else {
+		snap, w, hs, ents, err = readWAL(n.fs, n.cfg.WALDir, opts)
+	}
 	if err != nil {
 		return err
 	}
+	defer func() {
+		if err != nil {
+			w.Close()
+			n.wal = nil
+		}
+	}()
 	if ci := n.sm.ConsistentIndex(); ci < snap.Index {
 		// Legal only when a crash interrupted the install of a received
 		// snapshot after its WAL marker: the image waits to be renamed.
@@ -397,15 +419,7 @@ func (n *Node) restore(opts *wal.Options) error {
 			return fmt.Errorf("raft: the state machine restored from the snapshot at %d reports consistent index %d", snap.Index, ci)
 		}
 	}
-	w, err := wal.Open(n.cfg.WALDir, snap, opts)
-	if err != nil {
-		return err
-	}
 	n.wal = w
-	_, hs, ents, err := w.ReadAll()
-	if err != nil {
-		return err
-	}
 	ents = dropStaleTail(snap, ents)
 	n.confs.reset(snap.Index, snap.ConfState)
 	if snap.Index > 0 {
@@ -426,8 +440,6 @@ func (n *Node) restore(opts *wal.Options) error {
 	// commits in batches) but never lead it: a torn tail that Open just
 	// truncated held entries the page store had not committed either.
 	if err := n.checkWALCovers(last, false); err != nil {
-		w.Close()
-		n.wal = nil
 		return err
 	}
 	n.walLast = last
@@ -437,8 +449,6 @@ func (n *Node) restore(opts *wal.Options) error {
 	}
 	if n.cfg.ForceNewCluster {
 		if ents, hs, err = n.forceNewCluster(snap, ents, hs, commit); err != nil {
-			w.Close()
-			n.wal = nil
 			return err
 		}
 		n.walLast = max(hs.GetCommit(), snap.Index)

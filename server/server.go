@@ -187,8 +187,10 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 		readyc: make(chan struct{}), stopping: make(chan struct{}), done: make(chan struct{}),
 		initialized: MemberInitialized(cfg)}
 	var peerListeners []net.Listener // the peers' until newPeers
+	var walPreload *raft.WALPreload  // until raft.Start takes it
 	defer func() {
 		if err != nil {
+			walPreload.Discard()
 			if s.peers != nil {
 				s.peers.stop()
 			} else {
@@ -235,6 +237,15 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	// After the page store's lock, so a second server on this data dir
 	// fails before it writes anything in the WAL dir.
 	s.disk = sizeBatching(cfg, lg)
+	maxWALs := int(cfg.MaxWALs)
+	if maxWALs == 0 {
+		maxWALs = -1 // etcd's --max-wals=0: keep every segment
+	}
+	walOpts := &wal.Options{MaxWALs: maxWALs, Logger: lg, Metrics: s.metrics.wal,
+		GroupCommitWindow: s.disk.walGroupCommitWindow, FS: hooks.walFS}
+	// A restart reads its log while the store, the leases, auth and the
+	// key index open below (raft.WALPreload).
+	walPreload = raft.PreloadWAL(cfg.WALDir(), walOpts)
 	s.diskFull = newDiskFull(s, cfg.BackendBacklogBytes)
 	s.be, err = mvcc.NewBackend(s.db, mvcc.BackendConfig{
 		BatchInterval: s.disk.backendBatchInterval, BatchLimit: cfg.BackendBatchLimit, Logger: lg,
@@ -299,15 +310,12 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 	}
 	s.peers.listeners = peerListeners
 	peers := s.bootstrapPeers()
-	maxWALs := int(cfg.MaxWALs)
-	if maxWALs == 0 {
-		maxWALs = -1 // etcd's --max-wals=0: keep every segment
-	}
+	preload := walPreload
+	walPreload = nil // raft.Start takes it, and closes its log if it fails
 	s.node, err = raft.Start(raft.Config{
 		ID: s.id, ClusterID: s.cluster, Peers: peers,
 		WALDir: cfg.WALDir(), StatePath: cfg.BackendPath(), SnapshotDir: cfg.SnapDir(),
-		WAL: &wal.Options{MaxWALs: maxWALs, Logger: lg, Metrics: s.metrics.wal,
-			GroupCommitWindow: s.disk.walGroupCommitWindow, FS: hooks.walFS},
+		WAL: walOpts, Preload: preload,
 		TickInterval: cfg.HeartbeatInterval(), ElectionTicks: cfg.ElectionTicks(), HeartbeatTicks: 1,
 		SnapshotCount: cfg.SnapshotCount, CatchUpEntries: cfg.SnapshotCatchUpEntries,
 		PreVote:         cfg.PreVote,
