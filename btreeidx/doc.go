@@ -51,6 +51,11 @@
 // written; a tree entry for a key hides the base's, and a "gone" entry
 // says the key's history was compacted away. A read looks in the tree,
 // then in the base; a write reads the base's entry into the tree first.
+// A range walks the two in key order. A base entry it passes is decoded
+// into one scratch entry, or, for a read at or after the key's last
+// change (what most reads are: the base's keys changed before the base
+// was written), not decoded at all: the answer is the key's last
+// generation, read off the encoding (peekAt).
 //
 // A compaction must not walk the base's keys, or its cost would follow
 // the live data again. The base carries a schedule: for each revision it

@@ -70,6 +70,13 @@
 // the two. Reads take no lock the apply goroutine holds across work; they
 // share only the index's RWMutex, which a write holds for one key update.
 //
+// A range the gRPC API sends on as it is (RangeEncoded, RangeChunk) never
+// decodes its key-values: each stored value already is an encoded
+// mvccpb.KeyValue, framed as it is into one buffer of the answer's exact
+// size (the values' lengths are read before any is copied out), and a
+// keys-only read is encoded from the index alone. That buffer is the only
+// copy of the answer the member makes.
+//
 // # Compaction
 //
 // See compact.go: the compact revision is published first, the index is

@@ -79,7 +79,11 @@
 // machine reports its consistent index (the last applied index it made
 // durable), and raft is told that index is applied, so only later entries
 // are delivered. The state machine also skips entries at or below its
-// consistent index, which makes replay idempotent.
+// consistent index, which makes replay idempotent. The member may have
+// the WAL read before Start (PreloadWAL), while it opens its state
+// machine: the read needs nothing from the state machine, and every check
+// between the two (below, and the install a crash interrupted) runs in
+// Start once both are open, as it does when Start reads the WAL itself.
 //
 // The consistent index may lag the WAL but never lead it: nothing durable
 // runs ahead of the WAL. A state machine past the WAL's last entry (or a
