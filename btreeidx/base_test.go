@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -20,24 +21,7 @@ import (
 func TestScheduleMatchesCompaction(t *testing.T) {
 	rng := testRand(t)
 	for round := 0; round < 3000; round++ {
-		ki := newKeyIndex([]byte("k"), 1)
-		main := int64(1)
-		for n := 1 + rng.IntN(12); n > 0; n-- {
-			sub := int64(0)
-			if rng.IntN(3) > 0 {
-				main += 1 + rng.Int64N(3)
-			} else {
-				sub = ki.modified.Sub + 1 // same main revision as the last change
-			}
-			r := Revision{Main: main, Sub: sub}
-			if ki.live() && rng.IntN(3) == 0 {
-				if err := ki.tombstone(r); err != nil {
-					t.Fatal(err)
-				}
-			} else if err := ki.put(r); err != nil {
-				t.Fatal(err)
-			}
-		}
+		ki, main := randomHistory(t, rng)
 		for at := int64(0); at <= main+1; at++ {
 			c := ki.clone(2)
 			genIdx, revIdx := c.compactPlan(at, nil)
@@ -60,6 +44,31 @@ func TestScheduleMatchesCompaction(t *testing.T) {
 	}
 }
 
+// randomHistory is one key's history of 1 to 12 puts and deletes, some
+// at the main revision of the change before; main is its last revision.
+func randomHistory(t *testing.T, rng *rand.Rand) (ki *keyIndex, main int64) {
+	t.Helper()
+	ki = newKeyIndex([]byte("k"), 1)
+	main = 1
+	for n := 1 + rng.IntN(12); n > 0; n-- {
+		sub := int64(0)
+		if rng.IntN(3) > 0 {
+			main += 1 + rng.Int64N(3)
+		} else {
+			sub = ki.modified.Sub + 1 // same main revision as the last change
+		}
+		r := Revision{Main: main, Sub: sub}
+		if ki.live() && rng.IntN(3) == 0 {
+			if err := ki.tombstone(r); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := ki.put(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ki, main
+}
+
 // TestPeekAtMatchesGet: wherever peekAt answers a read from a base
 // entry's encoding, the answer is the one the decoded entry gives, after
 // any compaction since the base; and it answers every read at or after
@@ -67,24 +76,7 @@ func TestScheduleMatchesCompaction(t *testing.T) {
 func TestPeekAtMatchesGet(t *testing.T) {
 	rng := testRand(t)
 	for round := 0; round < 3000; round++ {
-		ki := newKeyIndex([]byte("k"), 1)
-		main := int64(1)
-		for n := 1 + rng.IntN(12); n > 0; n-- {
-			sub := int64(0)
-			if rng.IntN(3) > 0 {
-				main += 1 + rng.Int64N(3)
-			} else {
-				sub = ki.modified.Sub + 1
-			}
-			r := Revision{Main: main, Sub: sub}
-			if ki.live() && rng.IntN(3) == 0 {
-				if err := ki.tombstone(r); err != nil {
-					t.Fatal(err)
-				}
-			} else if err := ki.put(r); err != nil {
-				t.Fatal(err)
-			}
-		}
+		ki, main := randomHistory(t, rng)
 		enc := appendKeyIndex(nil, ki)
 		for compactAt := int64(0); compactAt <= main+1; compactAt += 1 + rng.Int64N(3) {
 			c := ki.clone(2)
