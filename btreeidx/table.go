@@ -140,8 +140,19 @@ func (t *tableWriter) finish() (tableRef, int64, error) {
 // when the table was opened, so reads only decode.
 type table struct {
 	data   []byte
-	blocks []tableBlock
+	blocks []tableBlock // checked data blocks
 	count  int64
+	// The data blocks the index names, until checkBlocks checks them,
+	// and the index block's offset, for errors.
+	unchecked []blockRef
+	indexOff  int64
+}
+
+// blockRef is a data block as the index names it: its last key (a
+// copy) and its place in the file.
+type blockRef struct {
+	last     []byte
+	off, len int64
 }
 
 type tableBlock struct {
@@ -150,40 +161,53 @@ type tableBlock struct {
 	nres int
 }
 
-// openTable checks the index block of ref and every data block it names,
-// and returns the table. name is the file's name, for errors.
-func openTable(name string, data []byte, ref tableRef) (*table, error) {
+// openTableIndex checks the index block of ref and returns the table
+// with its data blocks not yet checked: the table reads as empty until
+// checkBlocks has checked them. name is the file's name, for errors.
+func openTableIndex(name string, data []byte, ref tableRef) (*table, error) {
 	idx, err := checkBlock(name, data, ref.indexOff, ref.indexLen)
 	if err != nil {
 		return nil, err
 	}
-	t := &table{data: data, count: ref.count}
-	var n int64
+	t := &table{data: data, count: ref.count, indexOff: ref.indexOff}
 	err = idx.each(func(k, v []byte) error {
 		off, a := binary.Uvarint(v)
 		ln, b := binary.Uvarint(v[max(a, 0):])
 		if a <= 0 || b <= 0 {
 			return fmt.Errorf("%w: %s: index block at offset %d: bad block reference", errTableCorrupt, name, ref.indexOff)
 		}
-		blk, err := checkBlock(name, data, int64(off), int64(ln))
-		if err != nil {
-			return err
-		}
-		c, err := blk.countEntries(name, int64(off))
-		if err != nil {
-			return err
-		}
-		n += c
-		t.blocks = append(t.blocks, tableBlock{last: bytes.Clone(k), body: blk.body, nres: blk.nres})
+		t.unchecked = append(t.unchecked, blockRef{last: bytes.Clone(k), off: int64(off), len: int64(ln)})
 		return nil
 	}, name, ref.indexOff)
 	if err != nil {
 		return nil, err
 	}
-	if n != ref.count {
-		return nil, fmt.Errorf("%w: %s: the table at offset %d holds %d entries, its header says %d", errTableCorrupt, name, ref.indexOff, n, ref.count)
-	}
 	return t, nil
+}
+
+// checkBlocks checks every data block the index named and makes them
+// the table's.
+func (t *table) checkBlocks(name string) error {
+	var n int64
+	blocks := make([]tableBlock, 0, len(t.unchecked))
+	for _, r := range t.unchecked {
+		blk, err := checkBlock(name, t.data, r.off, r.len)
+		if err != nil {
+			return err
+		}
+		c, err := blk.countEntries(name, r.off)
+		if err != nil {
+			return err
+		}
+		n += c
+		blk.last = r.last
+		blocks = append(blocks, blk)
+	}
+	if n != t.count {
+		return fmt.Errorf("%w: %s: the table at offset %d holds %d entries, its header says %d", errTableCorrupt, name, t.indexOff, n, t.count)
+	}
+	t.blocks, t.unchecked = blocks, nil
+	return nil
 }
 
 // checkBlock verifies the block at [off, off+n) of data.

@@ -59,8 +59,13 @@ import (
 //	    the directory) before it deletes anything.
 //
 // Opening uses a base only if its token is the store's, R is at most the
-// newest record's revision and C at most the finished compaction's;
-// otherwise it removes the file and reads every record. With a base, it
+// newest record's revision, C at most the finished compaction's, and
+// every block of the file checks (checksums, entries, counts); otherwise
+// it removes the file and reads every record. The blocks' check reads
+// the whole file, so it runs while the records above R are read, and the
+// index is built from them only once the check has passed; a failed
+// check drops what was read and starts over without the base. With a
+// base, it
 // restores the records above R (all there, by (3), and none in the base,
 // by (1)) onto the base, then redoes the finished compaction if it is
 // above C (the base's keys that it drops are found through the base's
@@ -132,14 +137,16 @@ func newBaseToken() []byte {
 // openBase opens the base file for a store whose newest record is at
 // lastRev and whose last finished compaction is finished, if the file
 // exists and goes with the store (see the package's crash argument);
-// else it removes the file and returns nil.
-func (s *Store) openBase(lastRev, finished int64) *btreeidx.Base {
+// else it removes the file and returns nil. The base's data blocks are
+// not checked yet: the caller runs check, and uses the base only if it
+// returns nil (btreeidx.OpenBaseUnchecked); see dropBase.
+func (s *Store) openBase(lastRev, finished int64) (b *btreeidx.Base, check func() error) {
 	fs, path := s.baseFS, s.basePath
 	fs.Remove(path + ".tmp") // a write a crash cut short
 	if _, err := fs.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return nil
+		return nil, nil
 	}
-	b, err := btreeidx.OpenBase(fs, path)
+	b, check, err := btreeidx.OpenBaseUnchecked(fs, path)
 	why := ""
 	switch {
 	case err != nil:
@@ -152,11 +159,16 @@ func (s *Store) openBase(lastRev, finished int64) *btreeidx.Base {
 		why = fmt.Sprintf("its compaction revision %d is past the page store's finished compaction %d", b.CompactRev(), finished)
 	}
 	if why != "" {
-		s.log.Warn("not using the key index base; reading every record instead", "path", path, "reason", why)
-		s.removeBase()
-		return nil
+		s.dropBase(why)
+		return nil, nil
 	}
-	return b
+	return b, check
+}
+
+// dropBase removes a base file the store will not use, and says why.
+func (s *Store) dropBase(why string) {
+	s.log.Warn("not using the key index base; reading every record instead", "path", s.basePath, "reason", why)
+	s.removeBase()
 }
 
 // removeBase removes the base file, so that the next open reads every

@@ -22,7 +22,10 @@ import (
 // per run in STRATA_OPEN_DIR (default a temporary directory), keeping an
 // index base. base=false opens it reading every record's metadata (no
 // index base, as before a store has one); base=true opens it on its
-// base, whose file is evicted too.
+// base, whose file is evicted too. STRATA_OPEN_TAIL=N leaves N more
+// puts after the base, as a kill -9 does (the store's image after their
+// commit, taken before Close could write a new base): what a restart
+// replays onto the base.
 //
 //	STRATA_OPEN_KEYS=1000000 STRATA_OPEN_VALUE=256 go test ./mvcc -run '^$' -bench OpenCold -benchtime 3x
 func BenchmarkOpenCold(b *testing.B) {
@@ -31,7 +34,8 @@ func BenchmarkOpenCold(b *testing.B) {
 	if dir == "" {
 		dir = b.TempDir()
 	}
-	path := filepath.Join(dir, fmt.Sprintf("open-%d-%d.db", keys, value))
+	tail := envInt("STRATA_OPEN_TAIL", 0)
+	path := filepath.Join(dir, fmt.Sprintf("open-%d-%d-%d.db", keys, value, tail))
 	if _, err := os.Stat(path); err != nil {
 		start := time.Now()
 		ts := openTestStore(b, path, baseConfig(path, 0))
@@ -49,6 +53,33 @@ func BenchmarkOpenCold(b *testing.B) {
 			}
 		}
 		ts.close()
+		if tail > 0 {
+			ts = openTestStore(b, path, baseConfig(path, 1<<30))
+			for i := 0; i < tail; i++ {
+				rng.Read(val[:value/2])
+				ci++
+				j := (i * 7919) % keys
+				key := fmt.Sprintf("/registry/pods/team-%03d/pod-%08d", j%500, j)
+				if _, err := ts.s.Put(ci, 1, &pb.PutRequest{Key: []byte(key), Value: val}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := ts.be.ForceCommit(); err != nil {
+				b.Fatal(err)
+			}
+			image := map[string][]byte{}
+			for _, f := range []string{path, path + ".index"} {
+				if image[f], err = os.ReadFile(f); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ts.close()
+			for f, data := range image {
+				if err := os.WriteFile(f, data, 0o600); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
 		b.Logf("built %s in %v", path, time.Since(start))
 	}
 	st, err := os.Stat(path)

@@ -179,106 +179,27 @@ func (s *Store) restore() (idx *btreeidx.Index, scheduled, finished int64, err e
 			return nil, 0, 0, err
 		}
 	}
-	var base *btreeidx.Base
-	var tail int64
-	err = s.be.DB().View(func(tx *pagestore.Tx) error {
-		meta, err := tx.Bucket(MetaBucket)
-		if err != nil {
-			return err
+	var r restored
+	useBase := s.basePath != ""
+	for {
+		err = s.be.DB().View(func(tx *pagestore.Tx) error {
+			r = restored{}
+			return s.restoreView(tx, useBase, &r)
+		})
+		var ce baseCheckError
+		if useBase && errors.As(err, &ce) {
+			// The records read since the base are read again, all of
+			// them this time: a damaged base costs one slow open.
+			s.dropBase(ce.Error())
+			useBase = false
+			continue
 		}
-		if scheduled, err = readRevMeta(meta, metaScheduledCompact); err != nil {
-			return err
-		}
-		if finished, err = readRevMeta(meta, metaFinishedCompact); err != nil {
-			return err
-		}
-		mb, err := tx.Bucket(RevMetaBucket)
-		if err != nil {
-			return err
-		}
-		c := mb.Cursor()
-		lastRev := int64(0)
-		for k, _ := c.Last(); k != nil; k, _ = c.Prev() {
-			if bytes.Equal(k, revMetaComplete) {
-				continue
-			}
-			rev, _, err := parseRevKey(k)
-			if err != nil {
-				return fmt.Errorf("%w: %s bucket: %v", pagestore.ErrCorrupt, RevMetaBucket, err)
-			}
-			lastRev = rev.Main
-			break
-		}
-		if err := c.Err(); err != nil {
-			return err
-		}
-		idx = btreeidx.NewIndex()
-		from := int64(0)
-		if s.basePath != "" {
-			if base = s.openBase(lastRev, finished); base != nil {
-				idx, from = btreeidx.NewIndexWithBase(base), base.Rev()
-			}
-		}
-		cur := max(int64(1), from) // etcd starts at revision 1: the first write is 2
-		var sums sumChunks
-		// This goroutine reads the records' metadata (revmeta.go: the
-		// records themselves are not read); another builds the index
-		// from it, in batches, so the two halves of the work overlap.
-		// Keys alias the page store's pages, which stay valid until the
-		// view ends, after the builder is done.
-		batches := make(chan []restoreRec, 4)
-		built := make(chan error, 1)
-		go func() { built <- s.restoreIndex(idx, batches) }()
-		batch := make([]restoreRec, 0, restoreBatch)
-		readErr := func() error {
-			k, v := c.First()
-			if from > 0 {
-				k, v = c.Seek(revKey(Revision{Main: from + 1}, false))
-			}
-			for ; k != nil; k, v = c.Next() {
-				if bytes.Equal(k, revMetaComplete) {
-					continue
-				}
-				rev, tomb, err := parseRevKey(k)
-				if err != nil {
-					return fmt.Errorf("%w: %s bucket: %v", pagestore.ErrCorrupt, RevMetaBucket, err)
-				}
-				sum, kv, err := decodeRevMeta(rev, tomb, v)
-				if err != nil {
-					return fmt.Errorf("%w: %s bucket, revision %v: %v", pagestore.ErrCorrupt, RevMetaBucket, rev, err)
-				}
-				sums.add(sum)
-				batch = append(batch, restoreRec{rev: rev, tomb: tomb, kvMeta: kv})
-				if len(batch) == restoreBatch {
-					batches <- batch
-					batch = make([]restoreRec, 0, restoreBatch)
-				}
-				cur = max(cur, rev.Main)
-				tail++
-			}
-			return c.Err()
-		}()
-		if len(batch) > 0 {
-			batches <- batch
-		}
-		close(batches)
-		if err := <-built; err != nil {
-			return err
-		}
-		if readErr != nil {
-			return readErr
-		}
-		cur = max(cur, scheduled)
-		s.rev.Store(cur)
-		gen := s.sums.reset(sums.all(), base == nil)
-		if base != nil {
-			go s.loadSums(gen, from)
-		}
-		return nil
-	})
+		break
+	}
 	if err != nil {
 		return nil, 0, 0, err
 	}
+	idx, base, tail, scheduled, finished := r.idx, r.base, r.tail, r.scheduled, r.finished
 	if base != nil && finished > idx.CompactedRev() {
 		// The base predates the last finished compaction: drop what it
 		// dropped (its records are gone).
@@ -360,6 +281,176 @@ type restoreRec struct {
 }
 
 const restoreBatch = 1024
+
+// restored is what restoreView read: the index, the base it rests on (nil
+// if none), how many records it read since the base, and the compaction
+// revisions.
+type restored struct {
+	idx                 *btreeidx.Index
+	base                *btreeidx.Base
+	tail                int64
+	scheduled, finished int64
+}
+
+// restoreView is restore's read of the page store in tx, on the index
+// base if useBase and the store has one that goes with it.
+func (s *Store) restoreView(tx *pagestore.Tx, useBase bool, r *restored) error {
+	meta, err := tx.Bucket(MetaBucket)
+	if err != nil {
+		return err
+	}
+	if r.scheduled, err = readRevMeta(meta, metaScheduledCompact); err != nil {
+		return err
+	}
+	if r.finished, err = readRevMeta(meta, metaFinishedCompact); err != nil {
+		return err
+	}
+	mb, err := tx.Bucket(RevMetaBucket)
+	if err != nil {
+		return err
+	}
+	c := mb.Cursor()
+	lastRev := int64(0)
+	for k, _ := c.Last(); k != nil; k, _ = c.Prev() {
+		if bytes.Equal(k, revMetaComplete) {
+			continue
+		}
+		rev, _, err := parseRevKey(k)
+		if err != nil {
+			return fmt.Errorf("%w: %s bucket: %v", pagestore.ErrCorrupt, RevMetaBucket, err)
+		}
+		lastRev = rev.Main
+		break
+	}
+	if err := c.Err(); err != nil {
+		return err
+	}
+	idx := btreeidx.NewIndex()
+	from := int64(0)
+	var check func() error
+	if useBase {
+		if r.base, check = s.openBase(lastRev, r.finished); r.base != nil {
+			idx, from = btreeidx.NewIndexWithBase(r.base), r.base.Rev()
+		}
+	}
+	r.idx = idx
+	cur := max(int64(1), from) // etcd starts at revision 1: the first write is 2
+	var sums sumChunks
+	// This goroutine reads the records' metadata (revmeta.go: the
+	// records themselves are not read); another builds the index
+	// from it, in batches, so the two halves of the work overlap.
+	// Keys alias the page store's pages, which stay valid until the
+	// view ends, after the builder is done.
+	batches := make(chan []restoreRec, 4)
+	built := make(chan error, 1)
+	go func() { built <- s.restoreIndexChecked(idx, batches, check) }()
+	batch := make([]restoreRec, 0, restoreBatch)
+	readErr := func() error {
+		k, v := c.First()
+		if from > 0 {
+			k, v = c.Seek(revKey(Revision{Main: from + 1}, false))
+		}
+		for ; k != nil; k, v = c.Next() {
+			if bytes.Equal(k, revMetaComplete) {
+				continue
+			}
+			rev, tomb, err := parseRevKey(k)
+			if err != nil {
+				return fmt.Errorf("%w: %s bucket: %v", pagestore.ErrCorrupt, RevMetaBucket, err)
+			}
+			sum, kv, err := decodeRevMeta(rev, tomb, v)
+			if err != nil {
+				return fmt.Errorf("%w: %s bucket, revision %v: %v", pagestore.ErrCorrupt, RevMetaBucket, rev, err)
+			}
+			sums.add(sum)
+			batch = append(batch, restoreRec{rev: rev, tomb: tomb, kvMeta: kv})
+			if len(batch) == restoreBatch {
+				batches <- batch
+				batch = make([]restoreRec, 0, restoreBatch)
+			}
+			cur = max(cur, rev.Main)
+			r.tail++
+		}
+		return c.Err()
+	}()
+	if len(batch) > 0 {
+		batches <- batch
+	}
+	close(batches)
+	if err := <-built; err != nil {
+		return err
+	}
+	if readErr != nil {
+		return readErr
+	}
+	cur = max(cur, r.scheduled)
+	s.rev.Store(cur)
+	gen := s.sums.reset(sums.all(), r.base == nil)
+	if r.base != nil {
+		go s.loadSums(gen, from)
+	}
+	return nil
+}
+
+// baseCheckError is a damaged index base found by its check while the
+// store was reading its records since the base.
+type baseCheckError struct{ err error }
+
+func (e baseCheckError) Error() string { return e.err.Error() }
+
+// restoreIndexChecked is restoreIndex on a base whose data blocks check
+// (btreeidx.OpenBaseUnchecked) is still to run (nil: none to run). The
+// check reads the whole base file, and the reader of the records since
+// the base needs nothing from it, so the builder keeps the reader's
+// batches while the check runs rather than stop the reader; the index is
+// built only on a base that checked. A failed check is a baseCheckError,
+// after the reader is done (the batches alias its view's pages).
+func (s *Store) restoreIndexChecked(idx *btreeidx.Index, batches <-chan []restoreRec, check func() error) error {
+	if check == nil {
+		return s.restoreIndex(idx, batches)
+	}
+	checked := make(chan error, 1)
+	go func() { checked <- check() }()
+	var early [][]restoreRec
+	var err error
+wait:
+	for {
+		select {
+		case err = <-checked:
+			break wait
+		case b, ok := <-batches:
+			if !ok {
+				err = <-checked
+				batches = nil
+				break wait
+			}
+			early = append(early, b)
+		}
+	}
+	if err != nil {
+		if batches != nil {
+			for range batches {
+			}
+		}
+		return baseCheckError{err}
+	}
+	all := make(chan []restoreRec, len(early)+1)
+	for _, b := range early {
+		all <- b
+	}
+	if batches == nil {
+		close(all)
+		return s.restoreIndex(idx, all)
+	}
+	// The rest straight from the reader, after the batches kept.
+	go func() {
+		for b := range batches {
+			all <- b
+		}
+		close(all)
+	}()
+	return s.restoreIndex(idx, all)
+}
 
 // restoreIndex adds the records of batches, in revision order, to idx.
 // After an error it still drains batches, so the reader never blocks, and
