@@ -13,7 +13,6 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/klauspost/compress/zstd"
-	"golang.org/x/sys/unix"
 
 	"github.com/strata-db/strata/vfs"
 )
@@ -112,7 +111,7 @@ func saveImage(fs vfs.FS, path string, fill func(io.Writer) (int64, error)) (n i
 			err = fmt.Errorf("transport: snapshot file %s: %w", tmp, err)
 		}
 	}()
-	bw := bufio.NewWriterSize(&writeback{w: f, fd: int(f.Fd())}, 1<<20)
+	bw := bufio.NewWriterSize(f, 1<<20)
 	if n, err = fill(bw); err != nil {
 		return n, err
 	}
@@ -136,42 +135,4 @@ func saveImage(fs vfs.FS, path string, fill func(io.Writer) (int64, error)) (n i
 		return n, fmt.Errorf("renamed to %s, directory not synced: %w", path, err)
 	}
 	return n, nil
-}
-
-// writebackChunk is how much of a file being saved may be written ahead
-// of the disk: writeback keeps at most two chunks of it dirty.
-const writebackChunk = 8 << 20
-
-// writeback writes a new file sequentially through w and, every
-// writebackChunk bytes, starts the kernel's writeback of the chunk just
-// written and waits for the one before it (sync_file_range), so the
-// file's dirty pages never exceed two chunks. A received image is as
-// large as the leader's store. Written in one go, it stays in the page
-// cache (far below the kernel's dirty limits on a large machine) until
-// saveImage's fdatasync writes it all at once, and every fdatasync on
-// the disk meanwhile waits behind it: the member's own WAL, and on a
-// disk shared with its peers, the leader's. With 4 members on one disk
-// and a 1.1 GiB image, the leader's puts took 2 s at the 99th percentile
-// while the 4th member received it. The calls are hints: an error from
-// them changes nothing, and the final fdatasync still makes the file
-// durable.
-type writeback struct {
-	w       io.Writer
-	fd      int
-	off     int64 // bytes written
-	started int64 // writeback started for [0, started)
-}
-
-func (wb *writeback) Write(p []byte) (int, error) {
-	n, err := wb.w.Write(p)
-	wb.off += int64(n)
-	for wb.off-wb.started >= writebackChunk {
-		if wb.started >= writebackChunk {
-			_ = unix.SyncFileRange(wb.fd, wb.started-writebackChunk, writebackChunk,
-				unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)
-		}
-		_ = unix.SyncFileRange(wb.fd, wb.started, writebackChunk, unix.SYNC_FILE_RANGE_WRITE)
-		wb.started += writebackChunk
-	}
-	return n, err
 }

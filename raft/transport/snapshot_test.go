@@ -289,37 +289,3 @@ func TestSaveImageLeavesNothingOnFailure(t *testing.T) {
 		t.Fatalf("left %v", names)
 	}
 }
-
-// TestSaveImageAcrossWritebackChunks: an image of several writeback
-// chunks, written in pieces that straddle the chunks' ends, is saved
-// byte for byte.
-func TestSaveImageAcrossWritebackChunks(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "x.snap.db")
-	want := make([]byte, 3*writebackChunk+12345)
-	for i := range want {
-		want[i] = byte(i*7 + i>>13)
-	}
-	n, err := saveImage(vfs.Default, path, func(w io.Writer) (int64, error) {
-		var total int64
-		for rest, piece := want, 1; len(rest) > 0; piece = piece*3 + 1 {
-			k := min(len(rest), piece%(3<<20)+1)
-			m, err := w.Write(rest[:k])
-			total += int64(m)
-			if err != nil {
-				return total, err
-			}
-			rest = rest[k:]
-		}
-		return total, nil
-	})
-	if err != nil || n != int64(len(want)) {
-		t.Fatalf("saveImage: %d bytes, %v", n, err)
-	}
-	got, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("saved %d bytes, not the %d written", len(got), len(want))
-	}
-}
