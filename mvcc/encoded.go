@@ -81,7 +81,13 @@ func (v *view) encodeStored(n int, rev func(int) Revision, maxBytes int) ([]byte
 	if err != nil {
 		return nil, 0, err
 	}
-	stored := make([]pagestore.StoredValue, 0, n)
+	// A range of a few keys (a Get, the hottest read) keeps its values
+	// on the stack.
+	var few [8]pagestore.StoredValue
+	stored := few[:0]
+	if n > len(few) {
+		stored = make([]pagestore.StoredValue, 0, n)
+	}
 	size := 0
 	for i := range n {
 		r := rev(i)

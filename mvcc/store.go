@@ -403,11 +403,12 @@ func (e baseCheckError) Error() string { return e.err.Error() }
 // check reads the whole base file, and the reader of the records since
 // the base needs nothing from it, so the builder keeps the reader's
 // batches while the check runs rather than stop the reader; the index is
-// built only on a base that checked. A failed check is a baseCheckError,
-// after the reader is done (the batches alias its view's pages).
+// built only on a base that checked, from the batches kept and then
+// the rest. A failed check is a baseCheckError, after the reader is done
+// (the batches alias its view's pages).
 func (s *Store) restoreIndexChecked(idx *btreeidx.Index, batches <-chan []restoreRec, check func() error) error {
 	if check == nil {
-		return s.restoreIndex(idx, batches)
+		return s.restoreIndex(idx, nil, batches)
 	}
 	checked := make(chan error, 1)
 	go func() { checked <- check() }()
@@ -434,30 +435,15 @@ wait:
 		}
 		return baseCheckError{err}
 	}
-	all := make(chan []restoreRec, len(early)+1)
-	for _, b := range early {
-		all <- b
-	}
-	if batches == nil {
-		close(all)
-		return s.restoreIndex(idx, all)
-	}
-	// The rest straight from the reader, after the batches kept.
-	go func() {
-		for b := range batches {
-			all <- b
-		}
-		close(all)
-	}()
-	return s.restoreIndex(idx, all)
+	return s.restoreIndex(idx, early, batches)
 }
 
-// restoreIndex adds the records of batches, in revision order, to idx.
-// After an error it still drains batches, so the reader never blocks, and
-// returns the first error.
-func (s *Store) restoreIndex(idx *btreeidx.Index, batches <-chan []restoreRec) error {
+// restoreIndex adds the records of early, then of batches (nil: none
+// more), in revision order, to idx. After an error it still drains
+// batches, so the reader never blocks, and returns the first error.
+func (s *Store) restoreIndex(idx *btreeidx.Index, early [][]restoreRec, batches <-chan []restoreRec) error {
 	var err error
-	for batch := range batches {
+	add := func(batch []restoreRec) {
 		for i := 0; i < len(batch) && err == nil; i++ {
 			r := &batch[i]
 			if r.tomb {
@@ -465,6 +451,14 @@ func (s *Store) restoreIndex(idx *btreeidx.Index, batches <-chan []restoreRec) e
 			} else {
 				err = idx.Restore(r.key, r.rev, Revision{Main: r.create}, r.version, r.lease, false)
 			}
+		}
+	}
+	for _, batch := range early {
+		add(batch)
+	}
+	if batches != nil {
+		for batch := range batches {
+			add(batch)
 		}
 	}
 	return err
