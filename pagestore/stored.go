@@ -102,13 +102,20 @@ func (b *Bucket) AppendValue(dst, key []byte, sv StoredValue) ([]byte, error) {
 		err = fmt.Errorf("value flags %#x name two codecs", sv.f)
 	}
 	if err != nil {
-		_, err = b.inflated(string(key), sv.f, sv.v, err)
-		if err == nil {
-			// The lookup found the value well formed this time, which a
-			// committed page's bytes cannot be: the writer changed it.
-			err = fmt.Errorf("pagestore: bucket %q: key %x: the value changed while it was read", b.name, key)
-		}
-		return dst[:at], err
+		return dst[:at], b.appendError(string(key), sv, err)
 	}
 	return dst[:at+sv.n], nil
+}
+
+// appendError is AppendValue's error for a value of key that did not
+// decode, named by its page and offset (Bucket.inflated). The key comes
+// as a copy, so that AppendValue's key does not escape to the heap: a
+// range appends a value for each of its keys.
+func (b *Bucket) appendError(key string, sv StoredValue, err error) error {
+	if _, err = b.inflated(key, sv.f, sv.v, err); err == nil {
+		// The lookup found the value well formed this time, which a
+		// committed page's bytes cannot be: the writer changed it.
+		err = fmt.Errorf("pagestore: bucket %q: key %x: the value changed while it was read", b.name, key)
+	}
+	return err
 }
