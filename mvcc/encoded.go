@@ -51,7 +51,7 @@ func (s *Store) RangeEncoded(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 			revs = revs[:r.Limit]
 			resp.More = true
 		}
-		if buf, _, err = v.encodeStored(len(revs), func(i int) Revision { return revs[i] }, 0); err != nil {
+		if buf, _, err = v.encodeStored(len(revs), func(i int) Revision { return revs[i] }, 0, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -72,8 +72,9 @@ func (s *Store) RangeEncoded(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 // with their lengths once inflated (pagestore.StoredValue), then each is
 // decoded or copied straight into place: no buffer is grown, so none is
 // left behind as garbage beside the answer, and no value is decoded into
-// a scratch buffer to be copied again.
-func (v *view) encodeStored(n int, rev func(int) Revision, maxBytes int) ([]byte, int, error) {
+// a scratch buffer to be copied again. The buffer is alloc(size) (nil:
+// make), which must have a length of 0 and room for size bytes.
+func (v *view) encodeStored(n int, rev func(int) Revision, maxBytes int, alloc func(int) []byte) ([]byte, int, error) {
 	if n == 0 {
 		return nil, 0, nil
 	}
@@ -105,7 +106,7 @@ func (v *view) encodeStored(n int, rev func(int) Revision, maxBytes int) ([]byte
 		size += framed
 		stored = append(stored, sv)
 	}
-	buf := make([]byte, 0, size)
+	buf := allocBuf(alloc, size)
 	for i, sv := range stored {
 		r := rev(i)
 		buf = append(buf, rangeKvsTag)
@@ -119,6 +120,15 @@ func (v *view) encodeStored(n int, rev func(int) Revision, maxBytes int) ([]byte
 		}
 	}
 	return buf, len(stored), nil
+}
+
+// allocBuf returns alloc(size), or without alloc a new buffer, of length
+// 0 and capacity size.
+func allocBuf(alloc func(int) []byte, size int) []byte {
+	if alloc == nil {
+		return make([]byte, 0, size)
+	}
+	return alloc(size)
 }
 
 // encodeIndexKeys returns a keys-only read of [key, end) at atRev, the

@@ -28,10 +28,15 @@ import (
 //
 // As RangeEncoded, when nothing is sorted the key-values stay encoded in
 // the response's unknown fields and Kvs is empty: the response is only
-// fit to be sent as it is, or measured with proto.Size.
-func (s *Store) RangeChunk(r *pb.RangeRequest, maxBytes int) (Chunk, error) {
-	resp, n, last, err := s.rangeChunk(r, maxBytes)
-	return Chunk{Resp: resp, Len: n, Last: last}, err
+// fit to be sent as it is, or measured with proto.Size. Those encoded
+// key-values are one buffer, alloc(size) (nil: make), of length 0 and
+// capacity at least size, so that a caller that knows when the chunk has
+// been sent can take its buffers from a pool; a chunk holds a buffer of
+// alloc's only if Chunk.Pooled says so.
+func (s *Store) RangeChunk(r *pb.RangeRequest, maxBytes int, alloc func(int) []byte) (Chunk, error) {
+	c := rangeChunk{alloc: alloc}
+	resp, n, last, err := s.rangeChunk(r, maxBytes, &c)
+	return Chunk{Resp: resp, Len: n, Last: last, Pooled: c.allocated}, err
 }
 
 // Chunk is one message of a RangeStream, as RangeChunk reads it.
@@ -42,9 +47,26 @@ type Chunk struct {
 	// Last is the key that sorted last in the chunk (a copy of it): the
 	// next chunk starts after it.
 	Last []byte
+	// Pooled says Resp's unknown fields are a buffer RangeChunk's alloc
+	// returned.
+	Pooled bool
 }
 
-func (s *Store) rangeChunk(r *pb.RangeRequest, maxBytes int) (resp *pb.RangeResponse, n int, last []byte, err error) {
+// rangeChunk is a RangeChunk's allocator, and whether it was called.
+type rangeChunk struct {
+	alloc     func(int) []byte
+	allocated bool
+}
+
+func (c *rangeChunk) buf(size int) []byte {
+	if c.alloc == nil {
+		return make([]byte, 0, size)
+	}
+	c.allocated = true
+	return c.alloc(size)
+}
+
+func (s *Store) rangeChunk(r *pb.RangeRequest, maxBytes int, c *rangeChunk) (resp *pb.RangeResponse, n int, last []byte, err error) {
 	v := &view{s: s, rev: s.rev.Load()}
 	defer v.close()
 	v.ops.ranges++
@@ -70,7 +92,7 @@ func (s *Store) rangeChunk(r *pb.RangeRequest, maxBytes int) (resp *pb.RangeResp
 			keys = keys[:limit]
 			resp.More = true
 		}
-		n, last, err = v.encodedChunk(resp, keys, fromIndex, maxBytes)
+		n, last, err = v.encodedChunk(resp, keys, fromIndex, maxBytes, c.buf)
 	}
 	if err != nil {
 		return nil, 0, nil, err
@@ -84,8 +106,8 @@ func (s *Store) rangeChunk(r *pb.RangeRequest, maxBytes int) (resp *pb.RangeResp
 // encodedChunk puts keys' key-values into resp's unknown fields as
 // RangeEncoded does: the stored bytes of each (encodeStored), or for a
 // keys-only read the key and its revisions encoded from the index, in
-// one buffer of their exact size that ends before maxBytes.
-func (v *view) encodedChunk(resp *pb.RangeResponse, keys []btreeidx.KeyAt, fromIndex bool, maxBytes int) (int, []byte, error) {
+// one buffer, alloc(size), that ends before maxBytes.
+func (v *view) encodedChunk(resp *pb.RangeResponse, keys []btreeidx.KeyAt, fromIndex bool, maxBytes int, alloc func(int) []byte) (int, []byte, error) {
 	var buf []byte
 	n := 0
 	if fromIndex {
@@ -98,7 +120,7 @@ func (v *view) encodedChunk(resp *pb.RangeResponse, keys []btreeidx.KeyAt, fromI
 			size += framed
 			n++
 		}
-		buf = make([]byte, 0, size)
+		buf = alloc(size)
 		for _, k := range keys[:n] {
 			buf = append(buf, rangeKvsTag)
 			buf = protowire.AppendVarint(buf, uint64(indexKVSize(k)))
@@ -106,7 +128,7 @@ func (v *view) encodedChunk(resp *pb.RangeResponse, keys []btreeidx.KeyAt, fromI
 		}
 	} else {
 		var err error
-		if buf, n, err = v.encodeStored(len(keys), func(i int) Revision { return keys[i].Modified }, maxBytes); err != nil {
+		if buf, n, err = v.encodeStored(len(keys), func(i int) Revision { return keys[i].Modified }, maxBytes, alloc); err != nil {
 			return 0, nil, err
 		}
 	}

@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand"
 	"path/filepath"
@@ -94,9 +95,29 @@ func TestRangeChunkMatchesRange(t *testing.T) {
 			if total > 0 {
 				q.Limit = min(q.Limit, total-int64(len(got)))
 			}
-			c, err := s.RangeChunk(q, maxBytes)
+			// Half the chunks are encoded into buffers handed out dirty,
+			// as a pool hands them out: each must be filled, and used
+			// as the chunk's key-values.
+			var handed []byte
+			var alloc func(int) []byte
+			if rng.Intn(2) == 0 {
+				alloc = func(n int) []byte {
+					handed = bytes.Repeat([]byte{0xa5}, n+rng.Intn(16))
+					return handed[:0]
+				}
+			}
+			c, err := s.RangeChunk(q, maxBytes, alloc)
 			if err != nil {
 				t.Fatalf("seed %d: chunk %v: %v", seed, q, err)
+			}
+			if c.Pooled != (handed != nil) {
+				t.Fatalf("seed %d: chunk %v: Pooled %v, alloc called: %v", seed, q, c.Pooled, handed != nil)
+			}
+			if alloc != nil && q.SortTarget == pb.RangeRequest_KEY && c.Len > 0 && !c.Pooled {
+				t.Fatalf("seed %d: chunk %v: encoded without the alloc it was given", seed, q)
+			}
+			if u := c.Resp.ProtoReflect().GetUnknown(); c.Pooled && (len(u) == 0 || &u[0] != &handed[0]) {
+				t.Fatalf("seed %d: chunk %v: the key-values are not in the buffer alloc returned", seed, q)
 			}
 			out, last := decodeChunk(t, c.Resp), c.Last
 			if c.Len != len(out.Kvs) {
@@ -186,7 +207,7 @@ func TestRangeChunkCompacted(t *testing.T) {
 	}
 	<-done
 	for rev, want := range map[int64]error{4: ErrCompacted, 5: nil, 11: nil, 12: ErrFutureRev} {
-		_, err := s.RangeChunk(&pb.RangeRequest{Key: []byte("k"), RangeEnd: []byte("l"), Revision: rev, Limit: 2}, 0)
+		_, err := s.RangeChunk(&pb.RangeRequest{Key: []byte("k"), RangeEnd: []byte("l"), Revision: rev, Limit: 2}, 0, nil)
 		if err != want {
 			t.Fatalf("revision %d: %v, want %v", rev, err, want)
 		}

@@ -65,6 +65,10 @@ func (c wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 			w := new(wireMessage)
 			return c.sendHead(w, appendRangeResponseHead(w.space[:0], r), r.ProtoReflect().GetUnknown()), nil
 		}
+	case *wireRangeChunk:
+		w := new(wireMessage)
+		head := appendRangeStreamResponseHead(w.space[:0], r.resp)
+		return c.sendPooled(w, head, mem.NewBuffer(r.kvs, r.pool)), nil
 	case *pb.RangeStreamResponse:
 		// A chunk of a RangeStream: the same, one level down.
 		if rr := r.RangeResponse; rr != nil && len(rr.Kvs) == 0 && len(r.ProtoReflect().GetUnknown()) == 0 {
@@ -158,6 +162,17 @@ func (c wireCodec) sendHead(w *wireMessage, head, rest []byte) mem.BufferSlice {
 	if len(rest) == 0 {
 		return w.bufs[:1]
 	}
+	return w.bufs[:]
+}
+
+// sendPooled is sendHead with rest a buffer of a pool, which gRPC frees
+// into it once written.
+func (c wireCodec) sendPooled(w *wireMessage, head []byte, rest mem.Buffer) mem.BufferSlice {
+	w.head = head
+	if c.sent != nil {
+		c.sent.Add(float64(len(head) + rest.Len()))
+	}
+	w.bufs = [2]mem.Buffer{&w.head, rest}
 	return w.bufs[:]
 }
 

@@ -191,6 +191,36 @@ func checkRangeResponse(t *testing.T, r *pb.RangeResponse, kvs []*mvccpb.KeyValu
 	if !proto.Equal(chunk.RangeResponse, wantResp) {
 		t.Fatalf("wireCodec.Marshal of a stream chunk of %v decodes to %v, want %v", r, chunk.RangeResponse, wantResp)
 	}
+	// The same chunk with its key-values in a pool's buffer, as
+	// RangeStream sends it (wireRangeChunk): the same bytes, and the
+	// buffer back in its pool once gRPC frees what it wrote.
+	if u := r.ProtoReflect().GetUnknown(); len(u) > 0 {
+		pool := &recordingPool{chunkPool: newChunkPool(max(2048, len(u)))}
+		kvs := pool.Get(len(u))
+		copy(*kvs, u)
+		data, err := wireCodec{}.Marshal(&wireRangeChunk{resp: r, kvs: kvs, pool: pool})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := data.Materialize(); !bytes.Equal(b, got) {
+			t.Fatalf("wireCodec.Marshal of a pooled stream chunk of %v:\n got %x\nwant %x (proto.Marshal)", r, b, got)
+		}
+		data.Free()
+		if len(pool.put) != 1 || pool.put[0] != kvs {
+			t.Fatalf("a pooled stream chunk's buffer, once freed, went back to its pool %d times", len(pool.put))
+		}
+	}
+}
+
+// recordingPool is a chunkPool that keeps what is put back in it.
+type recordingPool struct {
+	*chunkPool
+	put []*[]byte
+}
+
+func (p *recordingPool) Put(b *[]byte) {
+	p.put = append(p.put, b)
+	p.chunkPool.Put(b)
 }
 
 // TestRangeResponseMatchesProtobuf: a range response whose key-values are

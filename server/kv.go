@@ -23,6 +23,8 @@ type kvServer struct {
 	// the stored key-values still encoded (mvcc.Store.RangeEncoded). The
 	// in-process callers (lock, election) read Kvs and leave it unset.
 	wire bool
+	// chunks holds the buffers of RangeStream's chunks; set with wire.
+	chunks *chunkPool
 }
 
 // header fills a response header: cluster, member, raft term, and the

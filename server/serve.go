@@ -54,7 +54,7 @@ func (s *Server) Serve() error {
 		opts = append(opts, grpc.Creds(handshakeDone{}))
 	}
 	s.grpc = grpc.NewServer(opts...)
-	pb.RegisterKVServer(s.grpc, &kvServer{s: s, wire: true})
+	pb.RegisterKVServer(s.grpc, &kvServer{s: s, wire: true, chunks: newChunkPool(2 * int(s.cfg.MaxRequestBytes))})
 	pb.RegisterMaintenanceServer(s.grpc, &maintenanceServer{s: s})
 	pb.RegisterClusterServer(s.grpc, &clusterServer{s: s})
 	pb.RegisterLeaseServer(s.grpc, &leaseServer{s: s})
