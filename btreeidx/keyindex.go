@@ -180,6 +180,18 @@ func (ki *keyIndex) findGeneration(atRev int64) int {
 // get returns the version of the key visible at atRev: its mod and create
 // revisions and its version (1 on create, +1 per put in the generation).
 func (ki *keyIndex) get(atRev int64) (modified, created Revision, ver int64, err error) {
+	// A read at or after the key's last change, which almost every read
+	// is, sees the last generation as it stands: the key's last put
+	// (modified), or nothing if that generation is empty because a
+	// tombstone ended the one before. This reads no revision list, which
+	// in a walk over many keys is a cache miss per key.
+	if last := len(ki.generations) - 1; last >= 0 && atRev >= ki.modified.Main {
+		g := &ki.generations[last]
+		if len(g.revs) == 0 {
+			return Revision{}, Revision{}, 0, ErrRevisionNotFound
+		}
+		return ki.modified, g.created, g.ver, nil
+	}
 	gi := ki.findGeneration(atRev)
 	if gi < 0 {
 		return Revision{}, Revision{}, 0, ErrRevisionNotFound
