@@ -51,7 +51,10 @@ func (s *Store) RangeEncoded(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 			revs = revs[:r.Limit]
 			resp.More = true
 		}
-		if buf, _, err = v.encodeStored(len(revs), func(i int) Revision { return revs[i] }, 0, nil); err != nil {
+		// A range of a few keys (a Get, the hottest read) keeps its
+		// values' places on the stack.
+		var few [8]pagestore.StoredValue
+		if buf, _, _, err = v.encodeStored(len(revs), func(i int) Revision { return revs[i] }, 0, nil, few[:0]); err != nil {
 			return nil, err
 		}
 	}
@@ -73,20 +76,19 @@ func (s *Store) RangeEncoded(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 // decoded or copied straight into place: no buffer is grown, so none is
 // left behind as garbage beside the answer, and no value is decoded into
 // a scratch buffer to be copied again. The buffer is alloc(size) (nil:
-// make), which must have a length of 0 and room for size bytes.
-func (v *view) encodeStored(n int, rev func(int) Revision, maxBytes int, alloc func(int) []byte) ([]byte, int, error) {
+// make), which must have a length of 0 and room for size bytes. The
+// values' places are kept in stored's array if it has room for n, else
+// in a new one, returned for a caller reading many ranges to pass again.
+func (v *view) encodeStored(n int, rev func(int) Revision, maxBytes int, alloc func(int) []byte, stored []pagestore.StoredValue) ([]byte, int, []pagestore.StoredValue, error) {
 	if n == 0 {
-		return nil, 0, nil
+		return nil, 0, stored, nil
 	}
 	rd, err := v.readTx()
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, stored, err
 	}
-	// A range of a few keys (a Get, the hottest read) keeps its values
-	// on the stack.
-	var few [8]pagestore.StoredValue
-	stored := few[:0]
-	if n > len(few) {
+	stored = stored[:0]
+	if cap(stored) < n {
 		stored = make([]pagestore.StoredValue, 0, n)
 	}
 	size := 0
@@ -94,10 +96,10 @@ func (v *view) encodeStored(n int, rev func(int) Revision, maxBytes int, alloc f
 		r := rev(i)
 		sv, found, err := rd.GetRevisionStored(r)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, stored, err
 		}
 		if !found {
-			return nil, 0, fmt.Errorf("mvcc: revision %v is in the index but not in the store", r)
+			return nil, 0, stored, fmt.Errorf("mvcc: revision %v is in the index but not in the store", r)
 		}
 		framed := 1 + protowire.SizeBytes(sv.Len())
 		if i > 0 && maxBytes > 0 && size+framed > maxBytes {
@@ -113,13 +115,13 @@ func (v *view) encodeStored(n int, rev func(int) Revision, maxBytes int, alloc f
 		buf = binary.AppendUvarint(buf, uint64(sv.Len()))
 		at := len(buf)
 		if buf, err = rd.AppendRevision(buf, r, sv); err != nil {
-			return nil, 0, err
+			return nil, 0, stored, err
 		}
 		if len(buf) == at || buf[at] != kvTag {
-			return nil, 0, fmt.Errorf("mvcc: value of revision %v: unknown value encoding", r)
+			return nil, 0, stored, fmt.Errorf("mvcc: value of revision %v: unknown value encoding", r)
 		}
 	}
-	return buf, len(stored), nil
+	return buf, len(stored), stored, nil
 }
 
 // allocBuf returns alloc(size), or without alloc a new buffer, of length

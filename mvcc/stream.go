@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/strata-db/strata/btreeidx"
+	"github.com/strata-db/strata/pagestore"
 )
 
 // RangeChunk reads one message of a RangeStream (etcd 3.7's chunked
@@ -29,14 +30,18 @@ import (
 // As RangeEncoded, when nothing is sorted the key-values stay encoded in
 // the response's unknown fields and Kvs is empty: the response is only
 // fit to be sent as it is, or measured with proto.Size. Those encoded
-// key-values are one buffer, alloc(size) (nil: make), of length 0 and
+// key-values are one buffer, cr.Alloc(size) (nil: make), of length 0 and
 // capacity at least size, so that a caller that knows when the chunk has
 // been sent can take its buffers from a pool; a chunk holds a buffer of
-// alloc's only if Chunk.Pooled says so.
-func (s *Store) RangeChunk(r *pb.RangeRequest, maxBytes int, alloc func(int) []byte) (Chunk, error) {
-	c := rangeChunk{alloc: alloc}
-	resp, n, last, err := s.rangeChunk(r, maxBytes, &c)
-	return Chunk{Resp: resp, Len: n, Last: last, Pooled: c.allocated}, err
+// Alloc's only if Chunk.Pooled says so. cr (nil: a new one) keeps the
+// read's own buffers for the next chunk of the same stream.
+func (s *Store) RangeChunk(r *pb.RangeRequest, maxBytes int, cr *ChunkReader) (Chunk, error) {
+	if cr == nil {
+		cr = new(ChunkReader)
+	}
+	cr.allocated = false
+	resp, n, last, err := s.rangeChunk(r, maxBytes, cr)
+	return Chunk{Resp: resp, Len: n, Last: last, Pooled: cr.allocated}, err
 }
 
 // Chunk is one message of a RangeStream, as RangeChunk reads it.
@@ -47,26 +52,50 @@ type Chunk struct {
 	// Last is the key that sorted last in the chunk (a copy of it): the
 	// next chunk starts after it.
 	Last []byte
-	// Pooled says Resp's unknown fields are a buffer RangeChunk's alloc
+	// Pooled says Resp's unknown fields are a buffer ChunkReader.Alloc
 	// returned.
 	Pooled bool
 }
 
-// rangeChunk is a RangeChunk's allocator, and whether it was called.
-type rangeChunk struct {
-	alloc     func(int) []byte
+// ChunkReader is what the chunks of one RangeStream share: the
+// allocator of their encoded key-values, and the buffers a chunk's read
+// fills before it encodes (the keys found, copied, and their stored
+// values' places), kept from one chunk to the next so that a stream
+// leaves no garbage per chunk for the collector. Not for concurrent use.
+type ChunkReader struct {
+	// Alloc returns a buffer of length 0 and capacity at least n for a
+	// chunk's encoded key-values (nil: make).
+	Alloc func(n int) []byte
+
 	allocated bool
+	keys      []btreeidx.KeyAt
+	keyBytes  []byte
+	stored    []pagestore.StoredValue
 }
 
-func (c *rangeChunk) buf(size int) []byte {
-	if c.alloc == nil {
+func (cr *ChunkReader) buf(size int) []byte {
+	if cr.Alloc == nil {
 		return make([]byte, 0, size)
 	}
-	c.allocated = true
-	return c.alloc(size)
+	cr.allocated = true
+	return cr.Alloc(size)
 }
 
-func (s *Store) rangeChunk(r *pb.RangeRequest, maxBytes int, c *rangeChunk) (resp *pb.RangeResponse, n int, last []byte, err error) {
+// collect walks the index as Index.Keys does into cr.keys, each key
+// copied into cr.keyBytes, and returns how many keys it found.
+func (cr *ChunkReader) collect(x *btreeidx.Index, key, end []byte, atRev int64, limit int) int {
+	cr.keys, cr.keyBytes = cr.keys[:0], cr.keyBytes[:0]
+	return x.EachKey(key, end, atRev, limit, false, func(ka btreeidx.KeyAt) {
+		// A key copied before keyBytes grows keeps the array it was
+		// copied into; the next chunk reuses the grown one.
+		at := len(cr.keyBytes)
+		cr.keyBytes = append(cr.keyBytes, ka.Key...)
+		ka.Key = cr.keyBytes[at:len(cr.keyBytes):len(cr.keyBytes)]
+		cr.keys = append(cr.keys, ka)
+	})
+}
+
+func (s *Store) rangeChunk(r *pb.RangeRequest, maxBytes int, cr *ChunkReader) (resp *pb.RangeResponse, n int, last []byte, err error) {
 	v := &view{s: s, rev: s.rev.Load()}
 	defer v.close()
 	v.ops.ranges++
@@ -80,7 +109,14 @@ func (s *Store) rangeChunk(r *pb.RangeRequest, maxBytes int, c *rangeChunk) (res
 		// chunks' byte bound still applies.
 		limit = 0
 	}
-	keys, found := s.index().Keys(r.Key, rangeEnd(r.RangeEnd), atRev, int(fetchLimit(limit)), false, nil)
+	var keys []btreeidx.KeyAt
+	var found int
+	if r.SortTarget != pb.RangeRequest_KEY {
+		keys, found = s.index().Keys(r.Key, rangeEnd(r.RangeEnd), atRev, int(fetchLimit(limit)), false, nil)
+	} else {
+		found = cr.collect(s.index(), r.Key, rangeEnd(r.RangeEnd), atRev, int(fetchLimit(limit)))
+		keys = cr.keys
+	}
 	resp = &pb.RangeResponse{Header: &pb.ResponseHeader{Revision: v.rev}, Count: int64(found)}
 	fromIndex := r.KeysOnly && r.SortTarget != pb.RangeRequest_VALUE
 	switch {
@@ -92,7 +128,7 @@ func (s *Store) rangeChunk(r *pb.RangeRequest, maxBytes int, c *rangeChunk) (res
 			keys = keys[:limit]
 			resp.More = true
 		}
-		n, last, err = v.encodedChunk(resp, keys, fromIndex, maxBytes, c.buf)
+		n, last, err = v.encodedChunk(resp, keys, fromIndex, maxBytes, cr)
 	}
 	if err != nil {
 		return nil, 0, nil, err
@@ -106,8 +142,8 @@ func (s *Store) rangeChunk(r *pb.RangeRequest, maxBytes int, c *rangeChunk) (res
 // encodedChunk puts keys' key-values into resp's unknown fields as
 // RangeEncoded does: the stored bytes of each (encodeStored), or for a
 // keys-only read the key and its revisions encoded from the index, in
-// one buffer, alloc(size), that ends before maxBytes.
-func (v *view) encodedChunk(resp *pb.RangeResponse, keys []btreeidx.KeyAt, fromIndex bool, maxBytes int, alloc func(int) []byte) (int, []byte, error) {
+// one buffer, cr.buf(size), that ends before maxBytes.
+func (v *view) encodedChunk(resp *pb.RangeResponse, keys []btreeidx.KeyAt, fromIndex bool, maxBytes int, cr *ChunkReader) (int, []byte, error) {
 	var buf []byte
 	n := 0
 	if fromIndex {
@@ -120,7 +156,7 @@ func (v *view) encodedChunk(resp *pb.RangeResponse, keys []btreeidx.KeyAt, fromI
 			size += framed
 			n++
 		}
-		buf = alloc(size)
+		buf = cr.buf(size)
 		for _, k := range keys[:n] {
 			buf = append(buf, rangeKvsTag)
 			buf = protowire.AppendVarint(buf, uint64(indexKVSize(k)))
@@ -128,7 +164,7 @@ func (v *view) encodedChunk(resp *pb.RangeResponse, keys []btreeidx.KeyAt, fromI
 		}
 	} else {
 		var err error
-		if buf, n, err = v.encodeStored(len(keys), func(i int) Revision { return keys[i].Modified }, maxBytes, alloc); err != nil {
+		if buf, n, cr.stored, err = v.encodeStored(len(keys), func(i int) Revision { return keys[i].Modified }, maxBytes, cr.buf, cr.stored); err != nil {
 			return 0, nil, err
 		}
 	}
