@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"bytes"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -112,4 +113,50 @@ func lineDiff(a, b string) string {
 		}
 	}
 	return d.String()
+}
+
+// TestCompactionCommitsInParts: a compaction commits its deletes at most
+// compactCommitRecords at a time, however many records a batch
+// (--compaction-batch-limit) holds, and leaves only what it keeps: the
+// last of a key's 8 × compactCommitRecords + 1 puts, in both buckets.
+func TestCompactionCommitsInParts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	ts := openTestStore(t, path, StoreConfig{CompactBatch: 4 * compactCommitRecords, CompactPause: 1})
+	defer func() { ts.close() }()
+	const garbage = 8 * compactCommitRecords
+	ci := uint64(0)
+	for i := 0; i <= garbage; i++ {
+		ci++
+		if _, err := ts.s.Put(ci, 1, &pb.PutRequest{Key: []byte("k"), Value: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := ts.db.Stats().Commits
+	ci++
+	_, done, err := ts.s.Compact(ci, 1, &pb.CompactionRequest{Revision: ts.s.Rev()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	// The commit before the deletes and the one of the finished
+	// revision may each be one more; the deletes alone take eight.
+	if commits := ts.db.Stats().Commits - before; commits < garbage/compactCommitRecords {
+		t.Errorf("%d garbage records deleted in %d commits, want at least %d (at most %d a commit)", garbage, commits, garbage/compactCommitRecords, compactCommitRecords)
+	}
+	for _, b := range [][]byte{KeyBucket, RevMetaBucket} {
+		n := strings.Count(bucketDump(t, ts, b), "\n")
+		if bytes.Equal(b, RevMetaBucket) {
+			n-- // its completeness marker
+		}
+		if n != 1 {
+			t.Errorf("bucket %s holds %d records after the compaction, want 1 (the last put)", b, n)
+		}
+	}
+	resp, err := ts.s.Range(&pb.RangeRequest{Key: []byte("k")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != fmt.Sprint(garbage) || resp.Kvs[0].Version != garbage+1 {
+		t.Errorf("after the compaction k reads %v, want its last put (value %d, version %d)", resp.Kvs, garbage, garbage+1)
+	}
 }
