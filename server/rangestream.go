@@ -46,15 +46,13 @@ import (
 // comes from the member's chunkPool and goes back to it once gRPC has
 // written it, and the read's own buffers (the keys found, the values'
 // places) stay with the stream from one chunk to the next
-// (mvcc.ChunkReader), so a stream reuses a few buffers instead of
-// leaving garbage per chunk to the collector, which between two
-// collections RSS counts: a stream of 119 MiB grew the member's RSS by
-// 31 MiB with a buffer per chunk, by 7-13 MiB with only the chunks'
-// buffers pooled. A chunk
-// also ends before its key-values pass twice --max-request-bytes (the
-// size at which etcd's rule halves the next chunk), where etcd would
-// send a larger one; this changes where a chunk ends, never what the
-// merged answer holds. gRPC lets a stream run at most one message ahead
+// (mvcc.ChunkReader): a stream reuses a few buffers instead of leaving
+// garbage per chunk, which RSS counts until the collector runs (a new
+// buffer per chunk grew the member's RSS by 31 MiB over a stream of
+// 119 MiB). A chunk also ends before its key-values pass twice
+// --max-request-bytes (the size at which etcd's rule halves the next
+// chunk), where etcd would send a larger one; this changes where a
+// chunk ends, never what the merged answer holds. gRPC lets a stream run at most one message ahead
 // of what the client's flow control has taken (its per-stream write
 // quota): Send returns once the message before has nearly all been
 // written, and the message is released once written. So a stream holds
