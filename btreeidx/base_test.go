@@ -163,3 +163,47 @@ func TestOpenBaseDamaged(t *testing.T) {
 		}
 	}
 }
+
+// TestReplaceBaseAfterCompactedDelete: a key that the base being
+// swapped in holds alive, but that was deleted after the base's Clone
+// and whose history a compaction then removed from the tree, stays
+// deleted once the base is in: ReplaceBase hides the base's copy. (The
+// index model test found it: the key came back, with its lease.)
+func TestReplaceBaseAfterCompactedDelete(t *testing.T) {
+	x := NewIndex()
+	if _, _, _, _, err := x.PutPrior([]byte("k"), r(2), 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Put([]byte("other"), r(3)); err != nil {
+		t.Fatal(err)
+	}
+	snap := x.Clone()
+	if err := x.Tombstone([]byte("k"), r(4)); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Put([]byte("other"), r(5)); err != nil {
+		t.Fatal(err)
+	}
+	// Past the tombstone (one at the compaction's revision is kept):
+	// k's entry leaves the tree.
+	x.CompactGarbage(5)
+	path := filepath.Join(t.TempDir(), "base")
+	if err := WriteBase(vfs.Default, path, snap, 3, [16]byte{}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := OpenBase(vfs.Default, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.ReplaceBase(b, snap)
+	if _, _, _, err := x.Get([]byte("k"), 5); err != ErrRevisionNotFound {
+		t.Errorf("Get(k) after the swap: %v, want ErrRevisionNotFound (k was deleted at 4)", err)
+	}
+	if n := x.CountRevisions([]byte("a"), []byte("z"), 5, 0); n != 1 {
+		t.Errorf("count after the swap: %d, want 1 (other)", n)
+	}
+	x.LeasedKeys(func(key []byte, lease int64) bool {
+		t.Errorf("LeasedKeys after the swap names %s (lease %d); no key exists with a lease", key, lease)
+		return true
+	})
+}

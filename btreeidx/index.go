@@ -828,9 +828,12 @@ func (x *Index) Keep(rev int64) map[Revision]struct{} {
 // ReplaceBase makes b, written from snap (a Clone of x taken when b's
 // revision was x's last), x's base, and drops from x's tree every entry
 // that has not changed since snap was taken: b holds it now. Entries that
-// changed since stay and hide b's. The drop goes a batch at a time, each
-// under the write lock; until an entry is dropped it hides an identical
-// one in b.
+// changed since stay and hide b's. An entry that a compaction since snap
+// removed from the tree (a key deleted, its history compacted away, that
+// the old base did not hold) is replaced by a gone entry: b holds the key
+// as snap saw it, alive, and nothing else would hide it. The drop goes a
+// batch at a time, each under the write lock; until an entry is dropped
+// it hides an identical one in b.
 func (x *Index) ReplaceBase(b *Base, snap *Index) {
 	x.mu.Lock()
 	x.base = b
@@ -841,6 +844,8 @@ func (x *Index) ReplaceBase(b *Base, snap *Index) {
 		for _, ki := range batch {
 			cur, ok := x.tree.Get(ki)
 			switch {
+			case !ok && !ki.gone && !ki.isEmpty():
+				x.tree.ReplaceOrInsert(&keyIndex{prefix: ki.prefix, key: ki.key, owner: x.owner, inBase: true, gone: true})
 			case !ok:
 			case cur == ki:
 				x.tree.Delete(ki)
