@@ -167,8 +167,8 @@ func TestOpenBaseDamaged(t *testing.T) {
 // TestReplaceBaseAfterCompactedDelete: a key that the base being
 // swapped in holds alive, but that was deleted after the base's Clone
 // and whose history a compaction then removed from the tree, stays
-// deleted once the base is in: ReplaceBase hides the base's copy. (The
-// index model test found it: the key came back, with its lease.)
+// deleted once the base is in: ReplaceBase hides the base's copy, which
+// would otherwise bring the key back alive, with its lease.
 func TestReplaceBaseAfterCompactedDelete(t *testing.T) {
 	x := NewIndex()
 	if _, _, _, _, err := x.PutPrior([]byte("k"), r(2), 7); err != nil {
