@@ -54,10 +54,12 @@ import (
 
 // compactCommitRecords is the most records one commit of a compaction
 // deletes. make bench-scale's rows 3 and 4 at 1 GiB (147,000 garbage
-// revisions under 300 puts a second, just after a cold restart): with a
-// commit per batch of 1,000 the largest put took 125 ms and the p99 was
-// 102 ms, the compaction 5.55 s; with commits of 250, 73 ms, 40 ms and
-// 5.41 s.
+// revisions under 300 puts a second, just after a cold restart), two
+// runs each: with a commit per batch of 1,000 the largest put took
+// 125-143 ms and the p99 was 102-104 ms; with commits of 250, 58-73 ms
+// and 37-40 ms, the compaction's time unchanged (5.4-6.4 s). With the
+// page cache warm (the full run's order) the largest put was 107-125 ms
+// either way; see bench/SCALE.md.
 const compactCommitRecords = 250
 
 // compactJob is one compaction to run: its revision, the compact
