@@ -74,11 +74,8 @@ type ChunkReader struct {
 }
 
 func (cr *ChunkReader) buf(size int) []byte {
-	if cr.Alloc == nil {
-		return make([]byte, 0, size)
-	}
-	cr.allocated = true
-	return cr.Alloc(size)
+	cr.allocated = cr.Alloc != nil
+	return allocBuf(cr.Alloc, size)
 }
 
 // collect walks the index as Index.Keys does into cr.keys, each key
