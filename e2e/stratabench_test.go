@@ -292,7 +292,7 @@ func skeleton(out string) []string {
 
 // TestStratabenchSummaryLayout runs etcd's benchmark and stratabench with
 // the same put workload on one server and compares their text summaries
-// line by line, numbers aside: the README promises etcd's summary.
+// line by line, numbers aside: docs/benchmarks.md promises etcd's summary.
 func TestStratabenchSummaryLayout(t *testing.T) {
 	b := needBins(t)
 	sb := stratabenchBin(t)

@@ -26,7 +26,7 @@ import (
 // better round is used, so a burst of someone else's I/O during one round
 // neither warns nor tunes. A good result is cached in the data dir and
 // reused while it is fresh (see loadDiskProbe); a slow one never is, so
-// the next start measures again. README.md, section "Disk", documents the
+// the next start measures again. docs/disks.md documents the
 // rule.
 const (
 	// diskProbeCache is the cache's name in <data-dir>/member.

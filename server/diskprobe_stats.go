@@ -122,7 +122,7 @@ const (
 	maxBackendInterval   = time.Second
 )
 
-// tuneForDisk is the rule README.md documents, from the median and the
+// tuneForDisk is the rule docs/disks.md documents, from the median and the
 // tail (the highest percentile estimated, see probeStats.tail):
 //
 //   - WAL group-commit window = tail/4, within [50 µs, 10 ms]. Under load

@@ -29,7 +29,7 @@ import (
 // instruments (wal, mvcc, lease, raft); this registry gathers them, the
 // server's own, gauges read from the server's state at scrape time
 // (metrics_state.go), and the gRPC server metrics (metrics_grpc.go).
-// README's "Metrics" section lists where a figure is Strata's closest
+// docs/monitoring.md lists where a figure is Strata's closest
 // counterpart rather than etcd's own.
 //
 // Every instrument is safe for concurrent use; none is guarded by a

@@ -147,7 +147,7 @@ func (m *metrics) v2StoreSnapshot(members []*membership.Member, version bool) {
 // etcdOnlyCollectors are families an etcd 3.7 member exports for parts
 // Strata does not have, each with the value that is true of Strata: a
 // series of the right type that stays at zero. Dashboards and etcd's own
-// tests find them; README's "Metrics" section lists them.
+// tests find them; docs/monitoring.md lists them.
 func etcdOnlyCollectors() []prometheus.Collector {
 	c := func(ns, sub, name, help string) prometheus.Collector {
 		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help})
