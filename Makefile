@@ -118,7 +118,7 @@ else
 		STRATA_E2E_TARGET=$(CURDIR)/bin/strata GO=$(GO) bash shards.sh $(GUARD) -show $(E2E_SHOW)
 endif
 
-# The full-disk tests (issue 17 items 3, 4 and 5): bin/strata on small
+# The full-disk tests: bin/strata on small
 # tmpfs file systems the test mounts, one for --wal-dir and one for the
 # data dir; a ballast file fills each in turn and is deleted to give space
 # back. They need root to mount (as a fresh CI machine is); without it they
@@ -152,7 +152,7 @@ etcd-e2e-short: build e2e-bin testguard
 	cd conformance && $(GO) vet . && set -o pipefail && $(GO) test -json -count=1 . | $(GUARD)
 	SHORT=1 bash conformance/etcd-e2e.sh
 
-# A follower SIGSTOPped for 30 s under 100 writers (issue 19): the
+# A follower SIGSTOPped for 30 s under 100 writers: the
 # cluster keeps at least 80% of its throughput, the leader's RSS stays
 # bounded and the follower catches up. make e2e runs a short mode that
 # checks the data and prints the figures without judging them.
@@ -160,7 +160,7 @@ slow-follower: build e2e-bin testguard
 	cd e2e && set -o pipefail && STRATA_SLOWFOLLOWER=long STRATA_E2E_TARGET=../bin/strata $(GO) test -json -count=1 -timeout 10m -run 'TestSlowFollowerDoesNotStallLeader' . | \
 		$(GUARD) -show '^(--- |    --- )|SLOW-FOLLOWER'
 
-# Linearizability on 3 members (issue 19): porcupine histories of get,
+# Linearizability on 3 members: porcupine histories of get,
 # put, delete and txn through clientv3 on every member while the leader is
 # SIGKILLed, a member SIGSTOPped, the leader isolated and one direction
 # between two members cut by the peer proxies. Each history prints a LIN
@@ -178,7 +178,7 @@ linearizability: build e2e-bin testguard
 linearizability-long: build e2e-bin testguard
 	export STRATA_LIN_HISTORIES=$${STRATA_LIN_HISTORIES:-20} STRATA_LIN_OPS=$${STRATA_LIN_OPS:-2000}; $(LIN_RUN)
 
-# Scaling under load (issue 21): 1 → 3 → 5 → 3 members, one member added
+# Scaling under load: 1 → 3 → 5 → 3 members, one member added
 # (learner, then promoted) or removed (the leader among them) at a time,
 # while clientv3 writers and readers run on every member; porcupine over
 # the whole history, every acknowledged write read back, HashKV equal at
@@ -189,7 +189,7 @@ scale-long: build e2e-bin testguard
 	cd e2e && set -o pipefail && STRATA_SCALE=long STRATA_E2E_TARGET=../bin/strata $(GO) test -json -count=1 -timeout 30m -run '^TestScaleUnderLoad$$' . | \
 		$(GUARD) -show '^(--- |    --- )|^SCALE'
 
-# The rolling migration (issue 24 item 1): 3 etcd 3.7.3 members replaced
+# The rolling migration: 3 etcd 3.7.3 members replaced
 # by Strata members one at a time under load and back, 1000 acknowledged
 # operations per membership (make test runs 100). MIGRATE lines give the
 # counts: porcupine, lost writes, the watch's guarantees, HashKV at each
@@ -198,7 +198,7 @@ migrate-long: build e2e-bin testguard
 	cd e2e && set -o pipefail && STRATA_MIGRATE=long STRATA_E2E_TARGET=../bin/strata $(GO) test -json -count=1 -timeout 60m -run '^TestRollingMigration$$' . | \
 		$(GUARD) -show '^(--- |    --- )|^MIGRATE'
 
-# Power loss (issue 22 item 1): the page store, the WAL and a whole member
+# Power loss: the page store, the WAL and a whole member
 # on vfs.PowerLossFS, the power cut at a random I/O operation and every
 # unsynced byte and directory entry dropped, 200 cycles each, 100
 # whole-cluster cuts of 3 members, 60 cuts of one member of a running

@@ -10,7 +10,7 @@
 # a round, the two servers' parts interleaved. The median of ROUNDS
 # rounds' ratios is reported, with each round's ratio.
 #
-# NODES=1 (default): one member, every workload of issue 20 in each round,
+# NODES=1 (default): one member, every workload in each round,
 # in this order on one fresh data dir (about 124,000 writes in all):
 #   put from 1 client; put from 1000 clients on 100 connections; txn-put
 #   from 100 clients on 10 connections; then 100 keys under a100/ and

@@ -1,6 +1,6 @@
 package e2e
 
-// Scheduled backups (issue 23 item 5): stratautl snapshot save --dir
+// Scheduled backups: stratautl snapshot save --dir
 // --every 1s --keep 3 against a member under a writer keeps exactly the
 // newest 3 snapshots, each verified by 'stratautl snapshot status'; the
 // newest, restored with 'stratautl snapshot restore', gives a member whose

@@ -268,7 +268,7 @@ func TestClusterDiff(t *testing.T) {
 }
 
 // TestClusterDiffMixed runs the same scenario with side B a mixed
-// cluster (issue 24): 2 etcd members and 1 Strata, and 1 etcd and 2
+// cluster: 2 etcd members and 1 Strata, and 1 etcd and 2
 // Strata. The scenario moves the leadership to m1, then to m2, kills the
 // leader, and has a member catch up by snapshot, so the leader is of
 // each kind in each mix, and snapshots go between kinds.

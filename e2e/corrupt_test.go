@@ -12,7 +12,7 @@ import (
 	"github.com/strata-db/strata/e2e/harness"
 )
 
-// TestCorruptAlarm (issue 17 item 2): a client raises the CORRUPT alarm
+// TestCorruptAlarm: a client raises the CORRUPT alarm
 // with a raw Maintenance.Alarm call; every RPC is then recorded on etcd
 // and on the target (code and message, or the normalized response), the
 // alarm is disarmed with `etcdctl alarm disarm`, and everything is

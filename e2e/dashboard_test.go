@@ -1,7 +1,7 @@
 package e2e
 
-// The Grafana dashboard (deploy/grafana/strata-dashboard.json, issue 23
-// item 4): it parses, and every metric its queries name is exported by
+// The Grafana dashboard (deploy/grafana/strata-dashboard.json): it
+// parses, and every metric its queries name is exported by
 // a running 3-member cluster (with --metrics=extensive, after a defrag and
 // a snapshot sent to a member that fell behind, so the counters that
 // only exist once something happened are there too).

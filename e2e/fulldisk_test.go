@@ -27,7 +27,7 @@ import (
 	"github.com/strata-db/strata/e2e/harness"
 )
 
-// The full-disk tests (issue 17 items 3 and 5) run the real bin/strata on
+// The full-disk tests run the real bin/strata on
 // small tmpfs file systems that the test mounts, one for the WAL
 // (--wal-dir) and one for the data dir, so each full disk is isolated. A
 // ballast file fills a disk; deleting it is "space returns". tmpfs ignores
@@ -668,7 +668,7 @@ func TestFullDiskData(t *testing.T) {
 	fmt.Printf("FULL-DISK DATA: %d acknowledged writes read back after a restart\n", n)
 }
 
-// TestFullDiskSmallStart is issue 17 item 4: a member starts on a 64 MiB
+// TestFullDiskSmallStart: a member starts on a 64 MiB
 // file system holding both its WAL and its page store (etcd's layout, on
 // which etcd 3.7 starts too), with smaller WAL segments logged once, and
 // takes writes.

@@ -2,7 +2,7 @@
 
 package e2e
 
-// The Helm chart (issue 23 item 3, the part without a kube-apiserver):
+// The Helm chart, the part without a kube-apiserver:
 // `make k8s-chart` builds helm from the Go module proxy and runs this
 // test with -tags helm. The chart lints; it renders for 3 and 5 members a
 // StatefulSet whose --initial-cluster names every member by its stable

@@ -2,7 +2,7 @@
 
 package e2e
 
-// Kubernetes (issue 23 item 3, the part that needs a kube-apiserver):
+// Kubernetes, the part that needs a kube-apiserver:
 // `make k8s` builds kube-apiserver and kubectl from the Go module proxy
 // (e2e/kubebuild pins the release) and runs this test with -tags
 // helm,kube. A real kube-apiserver stores its objects on a Strata member

@@ -1,6 +1,6 @@
 package e2e
 
-// TestLinearizability (issue 19): histories of get, put, delete and txn
+// TestLinearizability: histories of get, put, delete and txn
 // driven through clientv3 on all three members of a cluster while a fault
 // injector SIGKILLs the leader, SIGSTOPs a member, isolates the leader and
 // cuts one direction between two members (the peer proxies of
@@ -173,7 +173,7 @@ func linHistory(t *testing.T, bin string, cfg linConfig, idx int, seed int64, to
 	initRev := resp.Header.Revision
 
 	// Watch streams on every member from the first revision, with prev_kv
-	// and progress notifications (issue 22's watch guarantees), checked
+	// and progress notifications (etcd's watch guarantees), checked
 	// after the history against a reference watch.
 	watchCtx, stopWatches := context.WithCancel(context.Background())
 	defer stopWatches()

@@ -17,7 +17,7 @@ import (
 	"github.com/strata-db/strata/e2e/harness"
 )
 
-// TestMigrate is the migration round trip of issue 8: real etcd's data
+// TestMigrate is the migration round trip: real etcd's data
 // (keys with several revisions, deletes, a compaction, a lease with keys,
 // a user with a role, auth enabled) goes through 'etcdctl snapshot save'
 // and 'stratautl snapshot restore' into strata, which must serve the same

@@ -1,6 +1,6 @@
 package e2e
 
-// Mixed clusters (issue 24, first part): a member of one kind joins a
+// Mixed clusters: a member of one kind joins a
 // running 1-member cluster of the other as an ordinary member. The
 // leader has compacted its log, so the learner catches up by snapshot,
 // in etcd's format (bbolt) both ways: an etcd leader sends its database,

@@ -1,6 +1,6 @@
 package e2e
 
-// Monitoring (issue 23 item 4, the part that needs no Prometheus): every
+// Monitoring, the part that needs no Prometheus: every
 // metric the etcd mixin's alerts and dashboards query, read from the
 // mixin's own sources in etcd's module (go mod download), is exported by
 // each member of a running 3-member Strata cluster, with the labels the

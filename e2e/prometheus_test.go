@@ -2,7 +2,7 @@
 
 package e2e
 
-// Monitoring with a real Prometheus (issue 23 item 4): `make monitoring`
+// Monitoring with a real Prometheus: `make monitoring`
 // builds prometheus, promtool and jsonnet from the Go module proxy and
 // runs this test with -tags prometheus.
 //

@@ -1,6 +1,6 @@
 package e2e
 
-// The grpc-proxy differential test (issue 23): the single-member
+// The grpc-proxy differential test: the single-member
 // differential scenarios that are pure etcdctl sessions (no server flags,
 // no restarts, no custom actions) run through `etcd grpc-proxy start` in
 // front of a 3-member etcd 3.7.3 cluster (side A) and through `strata

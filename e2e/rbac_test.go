@@ -223,7 +223,7 @@ func runMatrix(t *testing.T, clientURL string) (map[string]string, []string, []s
 			_, err := lease.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 60})
 			return err
 		}},
-		// The lease cells (issue 17): etcd lets a user other than root
+		// The lease cells: etcd lets a user other than root
 		// list leases, see a lease's keys, keep a lease alive or revoke
 		// it only with read (list, keys) or write (keep-alive, revoke)
 		// access to every key attached; a lease without keys is open to

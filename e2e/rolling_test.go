@@ -1,6 +1,6 @@
 package e2e
 
-// TestRollingMigration (issue 24 item 1): a running etcd 3.7.3 cluster
+// TestRollingMigration: a running etcd 3.7.3 cluster
 // becomes a Strata cluster and back, one member at a time, under load,
 // with zero downtime: the rolling replacement an operator does.
 //

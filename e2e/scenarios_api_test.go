@@ -13,7 +13,7 @@ import (
 	"github.com/strata-db/strata/e2e/harness"
 )
 
-// Scenarios for issue 6: watch, lease, lock and election, maintenance, the
+// Scenarios of the rest of the v3 API: watch, lease, lock and election, maintenance, the
 // HTTP endpoints and the quota cycle.
 
 // events returns an until-condition: stdout holds n watch events (simple
@@ -184,7 +184,7 @@ func clusterScenario() scenario {
 		c("downgrade validate 3.6", "downgrade", "validate", "3.6"),
 		c("downgrade validate 3.5", "downgrade", "validate", "3.5"),
 		c("downgrade validate 3.8", "downgrade", "validate", "3.8"),
-		// Issue 17: malformed targets (etcd parses them with go-semver,
+		// Malformed targets (etcd parses them with go-semver,
 		// "major.minor" accepted too) get "wrong downgrade target version
 		// format"; well-formed wrong ones "invalid downgrade target version".
 		c("downgrade validate garbage", "downgrade", "validate", "garbage"),

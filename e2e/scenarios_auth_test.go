@@ -8,7 +8,7 @@ import (
 	"github.com/strata-db/strata/e2e/harness"
 )
 
-// Issue 7's differential auth sequence: users, roles and a prefix
+// The differential auth sequence: users, roles and a prefix
 // permission, auth enable, then what each identity may do, then auth
 // disable.
 
@@ -72,7 +72,7 @@ func authScenario() scenario {
 		as("bob streams (no role)", "bob:bobpw", "get", "/app/x", "--stream"),
 		as("root streams everything", "root:rootpw", "get", "--prefix", "/", "-w", "json", "--stream"),
 		as("root auth status", "root:rootpw", "auth", "status"),
-		// Issue 17: leases are guarded by the keys attached to them. A
+		// Leases are guarded by the keys attached to them. A
 		// root lease on a key alice may read but not write...
 		{name: "root grants a lease", ctl: []string{"--user=root:rootpw", "lease", "grant", "60"}, capture: map[string]*regexp.Regexp{"lapp": reLeaseID}},
 		as("root attaches a key alice reads", "root:rootpw", "put", "--lease=${lapp}", "/app/leased", "v"),
@@ -111,7 +111,7 @@ func authScenario() scenario {
 	}}
 }
 
-// tlsScenario is issue 7's TLS and CN-auth part with kubeadm's client-side
+// tlsScenario is the TLS and CN-auth part of the auth scenarios, with kubeadm's client-side
 // flags: https client URL, --client-cert-auth, a trusted CA; clients with
 // a certificate from that CA get in, others do not; with auth enabled the
 // certificate's common name is the user.

@@ -15,7 +15,7 @@ import (
 	"github.com/strata-db/strata/e2e/harness"
 )
 
-// Scenarios for issue 18: what etcd's own e2e tests check through curl
+// Scenarios of the HTTP side: what etcd's own e2e tests check through curl
 // and in the server's log, compared with etcd 3.7.3 here.
 
 var corsHeaders = []string{"Access-Control-Allow-Methods", "Access-Control-Allow-Origin", "Access-Control-Allow-Headers", "Allow"}

@@ -79,7 +79,7 @@ func restartStep() step {
 	}
 }
 
-// kvScenario is issue 5's list: KV reads and writes, their flags and output
+// kvScenario: KV reads and writes, their flags and output
 // formats, txn, compaction, limits, member list and endpoint status.
 func kvScenario() scenario {
 	big := strings.Repeat("x", 1600*1024) // over the 1.5 MiB request limit

@@ -1,6 +1,6 @@
 package e2e
 
-// A slow follower never stalls the leader (issue 19, must-show 5): one
+// A slow follower never stalls the leader: one
 // follower of a 3-member cluster is SIGSTOPped while 100 clients put; the
 // leader and the other follower still form a quorum, so the cluster keeps
 // its throughput, the leader's memory stays bounded (its queues to the

@@ -21,7 +21,7 @@ import (
 	"github.com/strata-db/strata/e2e/harness"
 )
 
-// TestSnapshotSaveUnderLoadRestoresInEtcd is issue 17 item 11: 'etcdctl
+// TestSnapshotSaveUnderLoadRestoresInEtcd: 'etcdctl
 // snapshot save' against a running strata, while clientv3 writers keep
 // writing, gives a file etcd's own tools take. 'etcdutl snapshot status'
 // reads it, 'etcdutl snapshot restore' makes an etcd data dir of it, and

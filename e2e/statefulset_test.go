@@ -1,6 +1,6 @@
 package e2e
 
-// The Helm chart's scale logic (issue 23 item 3): members started as
+// The Helm chart's scale logic: members started as
 // StatefulSet pods ('strata statefulset start') bootstrap a cluster, a
 // scale-up pod joins as a learner and is promoted, a pod whose member was
 // removed comes back as a new member, and a pod whose volume was lost

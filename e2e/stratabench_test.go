@@ -59,8 +59,8 @@ func median(v []float64) float64 {
 // BenchmarkStratabenchAgreesWithEtcdBenchmark runs etcd's own load generator
 // (go.etcd.io/etcd/v3/tools/benchmark v3.6.8) and stratabench against the
 // same server, with the same put and range workloads, and checks that
-// their req/s agree within 15% (issue 8, "stratabench agrees with etcd's
-// own load generator").
+// their req/s agree within 15%: stratabench measures what etcd's own
+// load generator does.
 //
 // The machine is shared with other builds and benchmarks, whose load
 // moves a one-second run by up to ±40%, so the test runs every workload

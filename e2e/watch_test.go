@@ -16,7 +16,7 @@ import (
 	"github.com/strata-db/strata/e2e/harness"
 )
 
-// TestWatchStreams (issue 17 items 6 and 7) records, on etcd and on the
+// TestWatchStreams records, on etcd and on the
 // target, what a raw gRPC Watch stream and the JSON gateway's
 // POST /v3/watch deliver: a stream the client half-closes after its create
 // request keeps delivering events; the gateway streams the created

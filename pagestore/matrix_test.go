@@ -14,7 +14,7 @@ import (
 	"github.com/strata-db/strata/internal/testseed"
 )
 
-// TestCorruptionMatrix is issue 22 item 2 for the page store: every kind
+// TestCorruptionMatrix damages the page store: every kind
 // of page a file holds (both meta pages, branch, leaf, the extra pages of
 // overflow runs, the freelist log, free pages) is damaged in turn by bit
 // flips, a zeroed 512-byte sector and a truncation of the file at the

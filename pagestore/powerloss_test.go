@@ -11,7 +11,7 @@ import (
 	"github.com/strata-db/strata/vfs/powercut"
 )
 
-// TestPowerLossCycles is issue 22 item 1 for the page store: it commits
+// TestPowerLossCycles cuts the page store's power: it commits
 // transactions on a vfs.PowerLossFS, cuts the power at a random I/O
 // operation (data page writes, their sync, the meta write and its sync,
 // the file's growth, the create itself), throws away everything not

@@ -25,7 +25,7 @@ import (
 	"github.com/strata-db/strata/server/config"
 )
 
-// TestCorruptAlarmStopsWrites (issue 17 item 2): once a client raises
+// TestCorruptAlarmStopsWrites: once a client raises
 // CORRUPT, every request that changes the keyspace or the leases is
 // refused with etcd's "corrupt cluster" (DataLoss), reads keep working,
 // /health and /readyz report it, the alarm survives a restart, and
@@ -173,7 +173,7 @@ func corruptValueOffline(t *testing.T, dbPath, key string) {
 	}
 }
 
-// TestCorruptionChecks (issue 22 item 2, the cluster part): a follower
+// TestCorruptionChecks: a follower
 // whose page store was changed offline is refused at start by the initial
 // corruption check ("found data inconsistency with peers"); started
 // without it, the leader's periodic check finds it and raises the CORRUPT
@@ -260,8 +260,8 @@ func TestEmptiedPageStoreRefused(t *testing.T) {
 	}
 }
 
-// TestCompactionHashCheck is issue 22 item 2's compaction hash check
-// (feature gate CompactHashCheck): after a compaction that every member
+// TestCompactionHashCheck is the compaction hash check (feature gate
+// CompactHashCheck): after a compaction that every member
 // finished from the same compact revision, the leader finds the hashes
 // equal on the whole cluster and raises nothing; after a follower's page
 // store was changed offline (same revisions, other value) the next

@@ -16,7 +16,7 @@ import (
 	"github.com/strata-db/strata/pagestore"
 )
 
-// A full page-store disk (issue 17 item 5). When the backend cannot
+// A full page-store disk. When the backend cannot
 // commit, every acknowledged write stays in memory until it can: the
 // writes are safe in the WAL, but memory is not infinite and nobody could
 // see why it grew. So:

@@ -98,14 +98,14 @@ func checkAcked(t *testing.T, m *testMember, acked map[string]string) {
 	}
 }
 
-// TestWALWriteFailureStopsMember is issue 17 item 3 at the server: a
+// TestWALWriteFailureStopsMember: a
 // failed WAL write (ENOSPC) must not leave a half-alive member answering
 // "server stopped" forever. The member stops by itself (Done closes, Err
 // names the cause), logging exactly one fatal line that names the file and
 // what to do; restarted on the same data, as systemd would, it serves every
 // acknowledged write and takes new ones.
 //
-// The same holds for EIO from fdatasync (issue 22 item 3): the kernel may
+// The same holds for EIO from fdatasync: the kernel may
 // have dropped the dirty pages, so the member never goes on after it.
 func TestWALWriteFailureStopsMember(t *testing.T) {
 	for _, c := range []struct {
@@ -298,7 +298,7 @@ func TestPageStoreFailureStopsMember(t *testing.T) {
 	checkAcked(t, m2, acked)
 }
 
-// TestBackendDiskFullRaisesNOSPACE is issue 17 item 5: backend commits
+// TestBackendDiskFullRaisesNOSPACE: backend commits
 // failing with ENOSPC raise NOSPACE (writes refused with etcd's error,
 // reads and deletes served), the backlog stays under
 // --backend-backlog-bytes, the failure is logged once and exported, and
@@ -526,7 +526,7 @@ func TestBacklogBoundRefusesWrites(t *testing.T) {
 	checkAcked(t, m, acked)
 }
 
-// TestLeaderFdatasyncStall is issue 22 item 3's stalled disk: the
+// TestLeaderFdatasyncStall stalls a disk: the
 // leader's WAL fdatasync hangs for 5 s under writers on every member.
 // Leadership moves to a member whose disk works; requests meanwhile fail
 // only with etcd's errors (or the client's own deadline); once the stall

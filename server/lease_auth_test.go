@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-// TestLeasePermissions is issue 17's hole: with auth enabled, a user who
+// TestLeasePermissions: with auth enabled, a user who
 // may only read /a/ must not list leases, see the keys of, or keep alive
 // a root lease that holds a key under /b/ (etcd answers "permission
 // denied"), while a lease whose keys it may read stays visible to it.

@@ -27,7 +27,7 @@ import (
 	"github.com/strata-db/strata/vfs/powercut"
 )
 
-// TestPowerLossCycles is issue 22 item 1 on one member: writers put keys
+// TestPowerLossCycles cuts the power of one member: writers put keys
 // while the WAL and the page store run on a vfs.PowerLossFS; the power
 // is cut at a random I/O operation, everything not fsync'd is thrown away
 // (files and directory entries), and the member restarts on the real
@@ -269,7 +269,7 @@ func (s *swapFS) Stat(name string) (os.FileInfo, error)       { return s.fs().St
 func (s *swapFS) SyncDir(dir string) error                    { return s.fs().SyncDir(dir) }
 func (s *swapFS) Lock(name string) (io.Closer, error)         { return s.fs().Lock(name) }
 
-// TestClusterPowerLossCycles is issue 22 item 1 on 3 members: a power
+// TestClusterPowerLossCycles cuts the power of 3 members at once: a power
 // cut of the whole cluster (one power-loss FS under every member's WAL
 // and page store) at a random I/O operation while a writer puts keys
 // through the members in turn; then every member restarts on what its
@@ -472,7 +472,7 @@ func (r *routeFS) Stat(name string) (os.FileInfo, error)     { return r.pick(nam
 func (r *routeFS) SyncDir(dir string) error                  { return r.pick(dir).SyncDir(dir) }
 func (r *routeFS) Lock(name string) (io.Closer, error)       { return r.pick(name).Lock(name) }
 
-// TestMemberPowerLossInCluster is issue 22 item 1 for one member of a
+// TestMemberPowerLossInCluster cuts the power of one member of a
 // running 3-member cluster: that member (the leader or a follower, at
 // random) runs on a power-loss FS while a writer puts keys through every
 // member; its power is cut at a random I/O operation, it loses every
@@ -642,8 +642,8 @@ func rebootedMatches(t *testing.T, c *testCluster, victim *clusterMember, log *a
 //   - after: the member runs on the installed state.
 var installPhases = []string{"receive", "step", "marker", "restore", "after"}
 
-// TestPowerLossDuringSnapshotInstall is issue 22 item 1 at the named
-// point "while a received snapshot is installed": a follower that fell
+// TestPowerLossDuringSnapshotInstall cuts the power while a received
+// snapshot is installed: a follower that fell
 // behind the leader's log restarts on a power-loss FS and must install
 // the leader's snapshot; the cut is armed by the first write of the
 // received image and falls a random number of I/O operations into the

@@ -22,8 +22,8 @@ import (
 	"github.com/strata-db/strata/vfs"
 )
 
-// TestReceivedSnapshotCorruptionMatrix is issue 22 item 2 for a received
-// snapshot file. A follower of a 3-member cluster loses its power right
+// TestReceivedSnapshotCorruptionMatrix damages a received snapshot
+// file. A follower of a 3-member cluster loses its power right
 // after its WAL recorded a leader's snapshot and before the received image
 // became its page store, so at the next start it must finish the install
 // from the image waiting in member/snap (raft's finishInstall). The image

@@ -12,7 +12,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
-// TestWatchAfterCloseSend (issue 17 item 6): a client that sends its
+// TestWatchAfterCloseSend: a client that sends its
 // create request and half-closes the stream still gets the events, on a
 // raw gRPC stream and through the JSON gateway's POST /v3/watch (which
 // half-closes once it has read the request body).
@@ -70,7 +70,7 @@ func TestWatchAfterCloseSend(t *testing.T) {
 	}
 }
 
-// TestWatchRefusalSentOnce (issue 17 item 7): a create that reuses a
+// TestWatchRefusalSentOnce: a create that reuses a
 // watch_id on its stream, or asks for an empty range, gets one
 // created-and-canceled response, as from etcd; the next message on the
 // stream is the first watcher's event.

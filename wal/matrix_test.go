@@ -17,7 +17,7 @@ import (
 	"github.com/strata-db/strata/vfs"
 )
 
-// TestCorruptionMatrix is issue 22 item 2 for the WAL: every record type
+// TestCorruptionMatrix damages the WAL: every record type
 // (segment headers, entries plain and compressed, hard states, snapshot
 // markers), in every segment, is damaged by bit flips in its header and
 // payload, a zeroed 512-byte sector at it, and truncations at and inside

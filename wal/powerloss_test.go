@@ -12,7 +12,7 @@ import (
 	"github.com/strata-db/strata/vfs/powercut"
 )
 
-// TestPowerLossCycles is issue 22 item 1 for the WAL: Saves on a
+// TestPowerLossCycles cuts the WAL's power: Saves on a
 // vfs.PowerLossFS, the power cut at a random I/O operation (record
 // writes, their fdatasync, segment rotation, the spare segment's
 // creation, zero-filling and rename, the directory syncs), everything not

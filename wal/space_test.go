@@ -123,7 +123,7 @@ func spareFilled(t *testing.T, dir string, size int64) bool {
 	return false
 }
 
-// TestSpareSegmentENOSPCKeepsAppending is issue 17 item 3 at the WAL: when
+// TestSpareSegmentENOSPCKeepsAppending: when
 // the disk has no room for the next segment, appends go on into the
 // current segment past its size (no write has failed), preallocation is
 // retried with backoff and logged once, and once space returns the log
@@ -216,7 +216,7 @@ func TestSpareSegmentENOSPCKeepsAppending(t *testing.T) {
 	t.Logf("%d entries appended, %d with no spare; segment sizes %v", idx, 4*seg/1000, segmentSizes(t, dir))
 }
 
-// TestCreateOnSmallDisk is issue 17 item 4: a disk without room for a
+// TestCreateOnSmallDisk: a disk without room for a
 // full segment still gets a WAL, with smaller segments (logged once), and
 // full-size segments come back once space allows.
 func TestCreateOnSmallDisk(t *testing.T) {

@@ -95,7 +95,7 @@ func TestCompareMedians(t *testing.T) {
 
 // TestCompareVerdicts: a difference beyond the tolerance is a
 // disagreement only when every run of one tool beat every run of the
-// other; when the runs overlap the disk's noise can explain it (issue 17's
+// other; when the runs overlap the disk's noise can explain it (the
 // failing make test runs had ratios 1.46 to 1.68, the next passing ones
 // 0.62 and 0.90).
 func TestCompareVerdicts(t *testing.T) {

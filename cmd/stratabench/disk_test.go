@@ -88,7 +88,7 @@ func TestDiskCompareCommand(t *testing.T) {
 
 // TestDiskCompareCheckOnly is make test's disk step: a real stratabench
 // run beside a real fio output. Speeds that differ as much as they did in
-// issue 17's failing runs (ratio 1.6, noise on a shared disk) fail the
+// make test's failing runs on a shared disk (ratio 1.6, noise) fail the
 // comparison but not the check; wrong workloads and units fail the check.
 func TestDiskCompareCheckOnly(t *testing.T) {
 	dir := t.TempDir()

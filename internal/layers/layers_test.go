@@ -165,8 +165,8 @@ func TestImportsPointDown(t *testing.T) {
 	}
 }
 
-// TestCheckRejects makes sure the rule itself bites: the arrows issue 17
-// named must be refused.
+// TestCheckRejects makes sure the rule itself bites: imports that point
+// up the layers must be refused.
 func TestCheckRejects(t *testing.T) {
 	for _, edge := range [][2]string{
 		{"tools", "server"},
@@ -190,7 +190,7 @@ func TestCheckRejects(t *testing.T) {
 	}
 }
 
-// TestToolsDoNotImportServer is issue 17's check in its plainest form:
+// TestToolsDoNotImportServer is the layer check in its plainest form:
 // the offline tools must not link the gRPC server.
 func TestToolsDoNotImportServer(t *testing.T) {
 	root, err := exec.Command("go", "env", "GOMOD").Output()

@@ -29,7 +29,7 @@ func seedAndSteps(t *testing.T, defSteps int) (uint64, int) {
 	return seed, steps
 }
 
-// TestRandomizedNeverAheadOfWAL is issue 19's must-show 0, first half: on
+// TestRandomizedNeverAheadOfWAL: on
 // three members under random message delays, drops, duplicates and
 // one-way partitions, with members crashed at random I/O points (the WAL
 // then loses what it had not fdatasync'd) and restarted, nothing durable
