@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -34,7 +35,16 @@ func TestKillLoop(t *testing.T) {
 	}
 	t.Logf("seed=%d", seed)
 	rng := rand.New(rand.NewSource(seed))
-	srv, err := harness.NewServer(harness.ServerConfig{Bin: targetBin(t, b), Dir: t.TempDir()})
+	bin := targetBin(t, b)
+	// Strata writes its key index's base every killLoopBaseRecords
+	// writes here, so that the kills also land while a base is written
+	// and the restarts open on bases (mvcc/indexbase.go); at the default
+	// interval this loop would never write one.
+	var flags []string
+	if bin != b.Etcd {
+		flags = []string{fmt.Sprintf("--index-base-records=%d", killLoopBaseRecords)}
+	}
+	srv, err := harness.NewServer(harness.ServerConfig{Bin: bin, Dir: t.TempDir(), Flags: flags})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +128,68 @@ func TestKillLoop(t *testing.T) {
 	defer cli.Close()
 	verify(t, kills, cli, acked, maxRev)
 	t.Logf("%d kills, %d acknowledged puts all present at their revisions (highest %d)", kills, len(acked), maxRev)
+	if bin != b.Etcd {
+		cli = killAfterIndexBase(t, srv, cli, acked, &maxRev, &seq, kills)
+		defer cli.Close()
+	}
 	checkKillLoopWatch(t, cli, watch, acked, kills)
+}
+
+// killLoopBaseRecords is TestKillLoop's --index-base-records.
+const killLoopBaseRecords = 64
+
+// killAfterIndexBase makes sure the loop covers a restart from a key
+// index base whatever the kills' timing was: it writes until a base is
+// written (max(killLoopBaseRecords, keys / 8) writes at most), kills the
+// server, and checks that the restart opened on a base and lost nothing.
+// It returns the client of the restarted server (cli is closed).
+func killAfterIndexBase(t *testing.T, srv *harness.Server, cli *clientv3.Client, acked map[string]int64, maxRev *int64, seq *int, kills int) *clientv3.Client {
+	t.Helper()
+	logFrom := func(off int) string {
+		b, _ := os.ReadFile(srv.LogPath)
+		if off > len(b) {
+			return ""
+		}
+		return string(b[off:])
+	}
+	from := len(logFrom(0))
+	// The loop writes each key once, so the store holds at most seq keys.
+	limit := 2 * max(killLoopBaseRecords, *seq/8)
+	for i := 0; !strings.Contains(logFrom(from), "wrote the key index base"); i++ {
+		if i == limit {
+			t.Fatalf("%d puts and no key index base written; log since the first:\n%s", i, logFrom(from))
+		}
+		*seq++
+		key := fmt.Sprintf("k%06d", *seq)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := cli.Put(ctx, key, key)
+		cancel()
+		if err != nil {
+			t.Fatalf("put %s before the last kill: %v", key, err)
+		}
+		acked[key] = resp.Header.Revision
+		*maxRev = max(*maxRev, resp.Header.Revision)
+	}
+	cli.Close()
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	from = len(logFrom(0))
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if l := logFrom(from); !strings.Contains(l, "opened the key index on its base") {
+		t.Fatalf("the restart after the base was written did not open on it; log since the start:\n%s", l)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.ClientURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	verify(t, kills+1, cli, acked, *maxRev)
+	all := logFrom(0)
+	t.Logf("%d restarts, %d of them on a key index base; %d bases written", kills+1,
+		strings.Count(all, "opened the key index on its base"), strings.Count(all, "wrote the key index base"))
+	return cli
 }
 
 // checkKillLoopWatch checks the watch kept across the kills against the

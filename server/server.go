@@ -18,6 +18,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -284,7 +285,7 @@ func newServer(cfg *config.Config, lg *slog.Logger, hooks storageHooks) (_ *Serv
 		CompactBatch: cfg.CompactionBatchLimit, CompactPause: cfg.CompactionSleepInterval,
 		// The key index's base, beside the page store (mvcc/indexbase.go):
 		// what lets a restart read only what was written since.
-		IndexBase: cfg.BackendPath() + ".index", FS: s.dbFS, IndexBaseEvery: hooks.indexBaseEvery},
+		IndexBase: cfg.BackendPath() + ".index", FS: s.dbFS, IndexBaseEvery: cmp.Or(hooks.indexBaseEvery, cfg.IndexBaseRecords)},
 		mvcc.WatchConfig{ProgressNotifyInterval: cfg.WatchProgressNotifyInterval})
 	if err != nil {
 		return nil, err

@@ -165,12 +165,20 @@ type Config struct {
 	// running out of memory. Default 64 MiB; 0 also means 64 MiB. Raise
 	// it only with memory to spare.
 	BackendBacklogBytes int64 `json:"backend-backlog-bytes"`
+	// IndexBaseRecords is the least number of records written between two
+	// writes of the key index's base (member/snap/db.index, Strata only;
+	// mvcc/indexbase.go), which a restart reads instead of every record,
+	// replaying only the records written since: a base is due once
+	// max(IndexBaseRecords, keys / 8) records have been written. Lower,
+	// restarts replay less and the base (the whole key index) is written
+	// more often. Default 0: 50,000.
+	IndexBaseRecords int `json:"index-base-records"`
 	// DiskProbe measures fdatasync latency of the WAL directory at start and
 	// sizes group commit and batching from it (Strata only). Default true;
 	// turn it off for tests on tmpfs or when start-up time matters.
 	DiskProbe bool `json:"disk-probe"`
 	// AdaptiveProcs runs the member on one P (GOMAXPROCS 1) while it uses
-	// less than a third of a CPU, and on all of them under load (Strata
+	// less than 0.9 of a CPU, and on all of them under load (Strata
 	// only; package internal/procs). Default true; ignored when the
 	// GOMAXPROCS environment variable is set.
 	AdaptiveProcs bool `json:"adaptive-procs"`

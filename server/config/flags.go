@@ -206,8 +206,9 @@ var flagDefs = []flagDef{
 
 	// Strata
 	{gStrata, "disk-probe", "Measure WAL fdatasync latency at start and size batching from it.", boolean(func(c *Config) *bool { return &c.DiskProbe }), nil},
-	{gStrata, "adaptive-procs", "Run on one CPU (GOMAXPROCS 1) while the load needs less than a third of one, on all under load; ignored when GOMAXPROCS is set.", boolean(func(c *Config) *bool { return &c.AdaptiveProcs }), nil},
+	{gStrata, "adaptive-procs", "Run on one CPU (GOMAXPROCS 1) while the load uses less than 0.9 of one, on all under load; ignored when GOMAXPROCS is set.", boolean(func(c *Config) *bool { return &c.AdaptiveProcs }), nil},
 	{gStrata, "discovery-srv-server", "DNS server (host:port) for --discovery-srv lookups instead of the system resolver.", str(func(c *Config) *string { return &c.DiscoverySRVServer }), nil},
+	{gStrata, "index-base-records", "Least number of records written between two writes of the key index base (member/snap/db.index), which a restart reads instead of every record; a base is due after max(this, keys / 8) records. 0 = 50,000.", intv(func(c *Config) *int { return &c.IndexBaseRecords }), nil},
 	{gStrata, "backend-backlog-bytes", "Most bytes of acknowledged writes held in memory while backend commits fail (a full data disk); past it writes get NOSPACE. 0 = 64 MiB.", func(c *Config, _ *parseState) flag.Value { return (*int64Value)(&c.BackendBacklogBytes) }, nil},
 }
 

@@ -188,6 +188,7 @@ var everyFlag = map[string]flagCase{
 	"disk-probe":            {value: "false"},
 	"adaptive-procs":        {value: "false"},
 	"backend-backlog-bytes": {value: "16777216"},
+	"index-base-records":    {value: "1000"},
 	"discovery-srv-server":  {value: "127.0.0.1:5353"},
 }
 

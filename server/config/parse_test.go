@@ -56,6 +56,7 @@ func TestDefaults(t *testing.T) {
 		{"enable-pprof", c.EnablePprof, false},
 		{"disk-probe", c.DiskProbe, true},
 		{"backend-backlog-bytes", c.BackendBacklogBytes, int64(64 << 20)},
+		{"index-base-records", c.IndexBaseRecords, 0},
 		{"pre-vote", c.PreVote, true},
 		{"strict-reconfig-check", c.StrictReconfigCheck, true},
 		{"enable-grpc-gateway", c.EnableGRPCGateway, true},

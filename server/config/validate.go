@@ -116,6 +116,9 @@ func (c *Config) validateURLs() error {
 
 // validateStrata checks Strata's own settings.
 func (c *Config) validateStrata() error {
+	if c.IndexBaseRecords < 0 {
+		return fmt.Errorf("--index-base-records %d must not be negative", c.IndexBaseRecords)
+	}
 	if c.BackendBacklogBytes < 0 {
 		return fmt.Errorf("--backend-backlog-bytes %d must not be negative", c.BackendBacklogBytes)
 	}
