@@ -20,17 +20,19 @@ func (s *Store) RoleAdd(w Writer, r *pb.AuthRoleAddRequest) (*pb.AuthRoleAddResp
 	if r.Name == "" {
 		return nil, ErrRoleEmpty
 	}
-	s.applyMu.Lock()
-	defer s.applyMu.Unlock()
-	cur := s.load()
-	if cur.roles[r.Name] != nil {
-		return nil, ErrRoleAlreadyExist
+	err := s.update(w, func(cur *state) (*state, error) {
+		if cur.roles[r.Name] != nil {
+			return nil, ErrRoleAlreadyExist
+		}
+		role := &authpb.Role{Name: []byte(r.Name)}
+		next := cur.clone()
+		next.roles[r.Name] = role
+		putRole(w, role)
+		return next, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	role := &authpb.Role{Name: []byte(r.Name)}
-	next := cur.clone()
-	next.roles[r.Name] = role
-	putRole(w, role)
-	s.commit(w, next)
 	s.log.Info("created a role", "role-name", r.Name)
 	return &pb.AuthRoleAddResponse{}, nil
 }
@@ -38,33 +40,35 @@ func (s *Store) RoleAdd(w Writer, r *pb.AuthRoleAddRequest) (*pb.AuthRoleAddResp
 // RoleDelete deletes a role and takes it from every user that had it.
 // The root role cannot be deleted while auth is enabled.
 func (s *Store) RoleDelete(w Writer, r *pb.AuthRoleDeleteRequest) (*pb.AuthRoleDeleteResponse, error) {
-	s.applyMu.Lock()
-	defer s.applyMu.Unlock()
-	cur := s.load()
-	if cur.enabled && r.Role == rootRole {
-		return nil, ErrInvalidAuthMgmt
-	}
-	if cur.roles[r.Role] == nil {
-		return nil, ErrRoleNotFound
-	}
-	next := cur.clone()
-	delete(next.roles, r.Role)
-	w.Delete(BucketAuthRoles, []byte(r.Role))
-	// Users are rewritten in name order so the batch is deterministic.
-	for _, name := range slices.Sorted(maps.Keys(cur.users)) {
-		u := cur.users[name]
-		if !slices.Contains(u.Roles, r.Role) {
-			continue
+	err := s.update(w, func(cur *state) (*state, error) {
+		if cur.enabled && r.Role == rootRole {
+			return nil, ErrInvalidAuthMgmt
 		}
-		roles := slices.DeleteFunc(slices.Clone(u.Roles), func(x string) bool { return x == r.Role })
-		if len(roles) == 0 {
-			roles = nil
+		if cur.roles[r.Role] == nil {
+			return nil, ErrRoleNotFound
 		}
-		nu := &authpb.User{Name: u.Name, Password: u.Password, Options: u.Options, Roles: roles}
-		next.users[name] = nu
-		putUser(w, nu)
+		next := cur.clone()
+		delete(next.roles, r.Role)
+		w.Delete(BucketAuthRoles, []byte(r.Role))
+		// Users are rewritten in name order so the batch is deterministic.
+		for _, name := range slices.Sorted(maps.Keys(cur.users)) {
+			u := cur.users[name]
+			if !slices.Contains(u.Roles, r.Role) {
+				continue
+			}
+			roles := slices.DeleteFunc(slices.Clone(u.Roles), func(x string) bool { return x == r.Role })
+			if len(roles) == 0 {
+				roles = nil
+			}
+			nu := &authpb.User{Name: u.Name, Password: u.Password, Options: u.Options, Roles: roles}
+			next.users[name] = nu
+			putUser(w, nu)
+		}
+		return next, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	s.commit(w, next)
 	s.log.Info("deleted a role", "role-name", r.Role)
 	return &pb.AuthRoleDeleteResponse{}, nil
 }
@@ -79,34 +83,36 @@ func (s *Store) RoleGrantPermission(w Writer, r *pb.AuthRoleGrantPermissionReque
 	if !isValidPermissionRange(r.Perm.Key, r.Perm.RangeEnd) {
 		return nil, ErrInvalidAuthMgmt
 	}
-	s.applyMu.Lock()
-	defer s.applyMu.Unlock()
-	cur := s.load()
-	old := cur.roles[r.Name]
-	if old == nil {
-		return nil, ErrRoleNotFound
-	}
-	perms := slices.Clone(old.KeyPermission)
-	i := slices.IndexFunc(perms, func(p *authpb.Permission) bool {
-		return bytes.Equal(p.Key, r.Perm.Key) && bytes.Equal(p.RangeEnd, r.Perm.RangeEnd)
+	err := s.update(w, func(cur *state) (*state, error) {
+		old := cur.roles[r.Name]
+		if old == nil {
+			return nil, ErrRoleNotFound
+		}
+		perms := slices.Clone(old.KeyPermission)
+		i := slices.IndexFunc(perms, func(p *authpb.Permission) bool {
+			return bytes.Equal(p.Key, r.Perm.Key) && bytes.Equal(p.RangeEnd, r.Perm.RangeEnd)
+		})
+		np := &authpb.Permission{
+			PermType: r.Perm.PermType,
+			Key:      bytes.Clone(r.Perm.Key),
+			RangeEnd: bytes.Clone(r.Perm.RangeEnd),
+		}
+		if i >= 0 {
+			np.Key, np.RangeEnd = perms[i].Key, perms[i].RangeEnd
+			perms[i] = np
+		} else {
+			perms = append(perms, np)
+			slices.SortStableFunc(perms, func(a, b *authpb.Permission) int { return bytes.Compare(a.Key, b.Key) })
+		}
+		role := &authpb.Role{Name: old.Name, KeyPermission: perms}
+		next := cur.clone()
+		next.roles[r.Name] = role
+		putRole(w, role)
+		return next, nil
 	})
-	np := &authpb.Permission{
-		PermType: r.Perm.PermType,
-		Key:      bytes.Clone(r.Perm.Key),
-		RangeEnd: bytes.Clone(r.Perm.RangeEnd),
+	if err != nil {
+		return nil, err
 	}
-	if i >= 0 {
-		np.Key, np.RangeEnd = perms[i].Key, perms[i].RangeEnd
-		perms[i] = np
-	} else {
-		perms = append(perms, np)
-		slices.SortStableFunc(perms, func(a, b *authpb.Permission) int { return bytes.Compare(a.Key, b.Key) })
-	}
-	role := &authpb.Role{Name: old.Name, KeyPermission: perms}
-	next := cur.clone()
-	next.roles[r.Name] = role
-	putRole(w, role)
-	s.commit(w, next)
 	s.log.Info("granted/updated a permission to a role", "role-name", r.Name,
 		"permission", r.Perm.PermType.String(), "key", string(r.Perm.Key), "range-end", string(r.Perm.RangeEnd))
 	return &pb.AuthRoleGrantPermissionResponse{}, nil
@@ -115,27 +121,29 @@ func (s *Store) RoleGrantPermission(w Writer, r *pb.AuthRoleGrantPermissionReque
 // RoleRevokePermission removes the role's permissions with exactly this
 // key and range_end.
 func (s *Store) RoleRevokePermission(w Writer, r *pb.AuthRoleRevokePermissionRequest) (*pb.AuthRoleRevokePermissionResponse, error) {
-	s.applyMu.Lock()
-	defer s.applyMu.Unlock()
-	cur := s.load()
-	old := cur.roles[r.Role]
-	if old == nil {
-		return nil, ErrRoleNotFound
-	}
-	perms := slices.DeleteFunc(slices.Clone(old.KeyPermission), func(p *authpb.Permission) bool {
-		return bytes.Equal(p.Key, r.Key) && bytes.Equal(p.RangeEnd, r.RangeEnd)
+	err := s.update(w, func(cur *state) (*state, error) {
+		old := cur.roles[r.Role]
+		if old == nil {
+			return nil, ErrRoleNotFound
+		}
+		perms := slices.DeleteFunc(slices.Clone(old.KeyPermission), func(p *authpb.Permission) bool {
+			return bytes.Equal(p.Key, r.Key) && bytes.Equal(p.RangeEnd, r.RangeEnd)
+		})
+		if len(perms) == len(old.KeyPermission) {
+			return nil, ErrPermissionNotGranted
+		}
+		if len(perms) == 0 {
+			perms = nil
+		}
+		role := &authpb.Role{Name: old.Name, KeyPermission: perms}
+		next := cur.clone()
+		next.roles[r.Role] = role
+		putRole(w, role)
+		return next, nil
 	})
-	if len(perms) == len(old.KeyPermission) {
-		return nil, ErrPermissionNotGranted
+	if err != nil {
+		return nil, err
 	}
-	if len(perms) == 0 {
-		perms = nil
-	}
-	role := &authpb.Role{Name: old.Name, KeyPermission: perms}
-	next := cur.clone()
-	next.roles[r.Role] = role
-	putRole(w, role)
-	s.commit(w, next)
 	s.log.Info("revoked a permission on range", "role-name", r.Role, "key", string(r.Key), "range-end", string(r.RangeEnd))
 	return &pb.AuthRoleRevokePermissionResponse{}, nil
 }

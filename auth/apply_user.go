@@ -36,30 +36,32 @@ func (s *Store) UserAdd(w Writer, r *pb.AuthUserAddRequest) (*pb.AuthUserAddResp
 	if r.Name == "" {
 		return nil, ErrUserEmpty
 	}
-	s.applyMu.Lock()
-	defer s.applyMu.Unlock()
-	cur := s.load()
-	if cur.users[r.Name] != nil {
-		return nil, ErrUserAlreadyExist
-	}
-	opts := r.Options
-	if opts == nil {
-		opts = &authpb.UserAddOptions{}
-	} else {
-		opts = &authpb.UserAddOptions{NoPassword: opts.NoPassword}
-	}
-	u := &authpb.User{Name: []byte(r.Name), Options: opts}
-	if !opts.NoPassword {
-		h, err := s.passwordHash(r.Password, r.HashedPassword)
-		if err != nil {
-			return nil, err
+	err := s.update(w, func(cur *state) (*state, error) {
+		if cur.users[r.Name] != nil {
+			return nil, ErrUserAlreadyExist
 		}
-		u.Password = h
+		opts := r.Options
+		if opts == nil {
+			opts = &authpb.UserAddOptions{}
+		} else {
+			opts = &authpb.UserAddOptions{NoPassword: opts.NoPassword}
+		}
+		u := &authpb.User{Name: []byte(r.Name), Options: opts}
+		if !opts.NoPassword {
+			h, err := s.passwordHash(r.Password, r.HashedPassword)
+			if err != nil {
+				return nil, err
+			}
+			u.Password = h
+		}
+		next := cur.clone()
+		next.users[r.Name] = u
+		putUser(w, u)
+		return next, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	next := cur.clone()
-	next.users[r.Name] = u
-	putUser(w, u)
-	s.commit(w, next)
 	s.log.Info("added a user", "user-name", r.Name)
 	return &pb.AuthUserAddResponse{}, nil
 }
@@ -67,20 +69,23 @@ func (s *Store) UserAdd(w Writer, r *pb.AuthUserAddRequest) (*pb.AuthUserAddResp
 // UserDelete deletes a user and invalidates its simple tokens. root
 // cannot be deleted while auth is enabled.
 func (s *Store) UserDelete(w Writer, r *pb.AuthUserDeleteRequest) (*pb.AuthUserDeleteResponse, error) {
-	s.applyMu.Lock()
-	defer s.applyMu.Unlock()
-	cur := s.load()
-	if cur.enabled && r.Name == rootUser {
-		return nil, ErrInvalidAuthMgmt
+	err := s.update(w, func(cur *state) (*state, error) {
+		if cur.enabled && r.Name == rootUser {
+			return nil, ErrInvalidAuthMgmt
+		}
+		if cur.users[r.Name] == nil {
+			return nil, ErrUserNotFound
+		}
+		next := cur.clone()
+		delete(next.users, r.Name)
+		w.Delete(BucketAuthUsers, []byte(r.Name))
+		// Under applyMu, so no token of the user outlives the apply.
+		s.tokens.invalidateUser(r.Name)
+		return next, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	if cur.users[r.Name] == nil {
-		return nil, ErrUserNotFound
-	}
-	next := cur.clone()
-	delete(next.users, r.Name)
-	w.Delete(BucketAuthUsers, []byte(r.Name))
-	s.commit(w, next)
-	s.tokens.invalidateUser(r.Name)
 	s.log.Info("deleted a user", "user-name", r.Name)
 	return &pb.AuthUserDeleteResponse{}, nil
 }
@@ -88,26 +93,28 @@ func (s *Store) UserDelete(w Writer, r *pb.AuthUserDeleteRequest) (*pb.AuthUserD
 // UserChangePassword replaces a user's password hash and invalidates its
 // simple tokens. A no-password user stays without a password.
 func (s *Store) UserChangePassword(w Writer, r *pb.AuthUserChangePasswordRequest) (*pb.AuthUserChangePasswordResponse, error) {
-	s.applyMu.Lock()
-	defer s.applyMu.Unlock()
-	cur := s.load()
-	old := cur.users[r.Name]
-	if old == nil {
-		return nil, ErrUserNotFound
-	}
-	u := &authpb.User{Name: old.Name, Roles: old.Roles, Options: old.Options}
-	if old.Options == nil || !old.Options.NoPassword {
-		h, err := s.passwordHash(r.Password, r.HashedPassword)
-		if err != nil {
-			return nil, err
+	err := s.update(w, func(cur *state) (*state, error) {
+		old := cur.users[r.Name]
+		if old == nil {
+			return nil, ErrUserNotFound
 		}
-		u.Password = h
+		u := &authpb.User{Name: old.Name, Roles: old.Roles, Options: old.Options}
+		if old.Options == nil || !old.Options.NoPassword {
+			h, err := s.passwordHash(r.Password, r.HashedPassword)
+			if err != nil {
+				return nil, err
+			}
+			u.Password = h
+		}
+		next := cur.clone()
+		next.users[r.Name] = u
+		putUser(w, u)
+		s.tokens.invalidateUser(r.Name)
+		return next, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	next := cur.clone()
-	next.users[r.Name] = u
-	putUser(w, u)
-	s.commit(w, next)
-	s.tokens.invalidateUser(r.Name)
 	s.log.Info("changed a password of a user", "user-name", r.Name)
 	return &pb.AuthUserChangePasswordResponse{}, nil
 }
@@ -116,57 +123,61 @@ func (s *Store) UserChangePassword(w Writer, r *pb.AuthUserChangePasswordRequest
 // before it exists as a role, as in etcd; granting a role twice is a
 // no-op that does not move the revision.
 func (s *Store) UserGrantRole(w Writer, r *pb.AuthUserGrantRoleRequest) (*pb.AuthUserGrantRoleResponse, error) {
-	s.applyMu.Lock()
-	defer s.applyMu.Unlock()
-	cur := s.load()
-	old := cur.users[r.User]
-	if old == nil {
-		return nil, ErrUserNotFound
+	err := s.update(w, func(cur *state) (*state, error) {
+		old := cur.users[r.User]
+		if old == nil {
+			return nil, ErrUserNotFound
+		}
+		if r.Role != rootRole && cur.roles[r.Role] == nil {
+			return nil, ErrRoleNotFound
+		}
+		i, found := slices.BinarySearch(old.Roles, r.Role)
+		if found {
+			s.log.Warn("ignored grant of an already granted role", "user-name", r.User, "role-name", r.Role)
+			return nil, nil
+		}
+		// Roles stay sorted: hasRole and etcd's readers binary-search them.
+		u := &authpb.User{Name: old.Name, Password: old.Password, Options: old.Options,
+			Roles: slices.Insert(slices.Clone(old.Roles), i, r.Role)}
+		next := cur.clone()
+		next.users[r.User] = u
+		putUser(w, u)
+		s.log.Info("granted a role to a user", "user-name", r.User, "role-name", r.Role)
+		return next, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	if r.Role != rootRole && cur.roles[r.Role] == nil {
-		return nil, ErrRoleNotFound
-	}
-	i, found := slices.BinarySearch(old.Roles, r.Role)
-	if found {
-		s.log.Warn("ignored grant of an already granted role", "user-name", r.User, "role-name", r.Role)
-		return &pb.AuthUserGrantRoleResponse{}, nil
-	}
-	// Roles stay sorted: hasRole and etcd's readers binary-search them.
-	u := &authpb.User{Name: old.Name, Password: old.Password, Options: old.Options,
-		Roles: slices.Insert(slices.Clone(old.Roles), i, r.Role)}
-	next := cur.clone()
-	next.users[r.User] = u
-	putUser(w, u)
-	s.commit(w, next)
-	s.log.Info("granted a role to a user", "user-name", r.User, "role-name", r.Role)
 	return &pb.AuthUserGrantRoleResponse{}, nil
 }
 
 // UserRevokeRole revokes a role from a user. root keeps the root role
 // while auth is enabled.
 func (s *Store) UserRevokeRole(w Writer, r *pb.AuthUserRevokeRoleRequest) (*pb.AuthUserRevokeRoleResponse, error) {
-	s.applyMu.Lock()
-	defer s.applyMu.Unlock()
-	cur := s.load()
-	if cur.enabled && r.Name == rootUser && r.Role == rootRole {
-		return nil, ErrInvalidAuthMgmt
+	err := s.update(w, func(cur *state) (*state, error) {
+		if cur.enabled && r.Name == rootUser && r.Role == rootRole {
+			return nil, ErrInvalidAuthMgmt
+		}
+		old := cur.users[r.Name]
+		if old == nil {
+			return nil, ErrUserNotFound
+		}
+		roles := slices.DeleteFunc(slices.Clone(old.Roles), func(x string) bool { return x == r.Role })
+		if len(roles) == len(old.Roles) {
+			return nil, ErrRoleNotGranted
+		}
+		if len(roles) == 0 {
+			roles = nil
+		}
+		u := &authpb.User{Name: old.Name, Password: old.Password, Options: old.Options, Roles: roles}
+		next := cur.clone()
+		next.users[r.Name] = u
+		putUser(w, u)
+		return next, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	old := cur.users[r.Name]
-	if old == nil {
-		return nil, ErrUserNotFound
-	}
-	roles := slices.DeleteFunc(slices.Clone(old.Roles), func(x string) bool { return x == r.Role })
-	if len(roles) == len(old.Roles) {
-		return nil, ErrRoleNotGranted
-	}
-	if len(roles) == 0 {
-		roles = nil
-	}
-	u := &authpb.User{Name: old.Name, Password: old.Password, Options: old.Options, Roles: roles}
-	next := cur.clone()
-	next.users[r.Name] = u
-	putUser(w, u)
-	s.commit(w, next)
 	s.log.Info("revoked a role from a user", "user-name", r.Name, "role-name", r.Role)
 	return &pb.AuthUserRevokeRoleResponse{}, nil
 }

@@ -271,6 +271,24 @@ func (st *state) rebuildPerms() {
 	}
 }
 
+// update is the sequence of every apply that changes users, roles or
+// the enabled flag: under applyMu, change reads the current state,
+// stages its writes in w and returns the next state (cur.clone(),
+// changed), which update commits before it returns. change returns a
+// nil state for a request that changes nothing (the revision does not
+// move), or an error that refuses the request; then nothing is
+// committed, so change stages its writes only once it has accepted the
+// request.
+func (s *Store) update(w Writer, change func(cur *state) (*state, error)) error {
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	next, err := change(s.load())
+	if err == nil && next != nil {
+		s.commit(w, next)
+	}
+	return err
+}
+
 // commit finishes a mutating apply: bumps and persists the revision,
 // rebuilds the permission cache and publishes next. Called with applyMu.
 func (s *Store) commit(w Writer, next *state) {
