@@ -161,6 +161,8 @@ type restoreReq struct {
 func (n *Node) restoreState(r *restoreReq) error {
 	n.snapMu.Lock()
 	defer n.snapMu.Unlock()
+	n.cfg.Metrics.applyingSnapshot(true)
+	defer n.cfg.Metrics.applyingSnapshot(false)
 	if err := n.sm.Restore(r.meta, r.path); err != nil {
 		return fmt.Errorf("raft: restoring the state machine from the snapshot at %d: %w", r.meta.Index, err)
 	}

@@ -226,6 +226,7 @@ var errStopping = errors.New("raft: stopping")
 func (n *Node) handleReady() (wrote bool, err error) {
 	rd := n.rn.Ready()
 	if rd.SoftState != nil {
+		n.heartbeats.reset()
 		if n.publishLeader(rd.SoftState.Lead) {
 			n.log.Info("raft leader changed", "leader", fmt.Sprintf("%x", rd.SoftState.Lead), "term", n.rn.BasicStatus().GetTerm())
 		}
@@ -339,6 +340,7 @@ func (n *Node) send(msgs []*raftpb.Message) {
 	}
 	msgs = n.sendSnapshots(msgs)
 	msgs = coalesceHeartbeats(msgs)
+	n.checkHeartbeats(msgs)
 	if len(msgs) > 0 && n.cfg.Transport != nil {
 		n.cfg.Transport.Send(msgs)
 	}

@@ -23,6 +23,12 @@ type Metrics struct {
 	// it), SnapFsync writing the WAL marker, which ends with an
 	// fdatasync (etcd fsyncs the file), and SnapSave both.
 	SnapMarshalling, SnapSave, SnapFsync prometheus.Histogram
+
+	// HeartbeatSendFailures counts heartbeats sent late (heartbeat.go).
+	HeartbeatSendFailures prometheus.Counter
+	// SnapshotApplyInProgress is 1 while a snapshot received from the
+	// leader is installed into the state machine.
+	SnapshotApplyInProgress prometheus.Gauge
 }
 
 // slowReadIndexInterval is etcd's readIndexRetryTime.
@@ -46,12 +52,17 @@ func NewMetrics() *Metrics {
 			"The marshalling cost distributions of save called by snapshot."),
 		SnapSave:  h("etcd_debugging", "snap", "save_total_duration_seconds", "The total latency distributions of save called by snapshot."),
 		SnapFsync: h("etcd", "snap", "fsync_duration_seconds", "The latency distributions of fsync called by snap."),
+		HeartbeatSendFailures: c("heartbeat_send_failures_total",
+			"The total number of leader heartbeat send failures (likely overloaded from slow disk)."),
+		SnapshotApplyInProgress: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "etcd", Subsystem: "server",
+			Name: "snapshot_apply_in_progress_total", Help: "1 if the server is applying the incoming snapshot. 0 if none."}),
 	}
 }
 
 // Collectors returns the instruments for registration.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.SlowReadIndexes, m.ReadIndexesFailed, m.SnapMarshalling, m.SnapSave, m.SnapFsync}
+	return []prometheus.Collector{m.SlowReadIndexes, m.ReadIndexesFailed, m.SnapMarshalling, m.SnapSave, m.SnapFsync,
+		m.HeartbeatSendFailures, m.SnapshotApplyInProgress}
 }
 
 // readAnswered records a read index request answered after d.
@@ -72,5 +83,22 @@ func (m *Metrics) snapshotSaved(marshal, marker time.Duration) {
 		m.SnapMarshalling.Observe(marshal.Seconds())
 		m.SnapFsync.Observe(marker.Seconds())
 		m.SnapSave.Observe((marshal + marker).Seconds())
+	}
+}
+
+func (m *Metrics) heartbeatLate() {
+	if m != nil {
+		m.HeartbeatSendFailures.Inc()
+	}
+}
+
+// applyingSnapshot sets SnapshotApplyInProgress.
+func (m *Metrics) applyingSnapshot(on bool) {
+	if m != nil {
+		v := 0.0
+		if on {
+			v = 1
+		}
+		m.SnapshotApplyInProgress.Set(v)
 	}
 }

@@ -195,6 +195,10 @@ type Node struct {
 	leaderMu     sync.Mutex
 	leaderNotify chan struct{}
 
+	// heartbeats finds the leader's late heartbeats (heartbeat.go); the
+	// raft goroutine's alone.
+	heartbeats heartbeatDetector
+
 	// reportc carries the transport's reports (ReportUnreachable,
 	// ReportSnapshot) to the raft goroutine, which alone owns the RawNode.
 	reportc chan report
@@ -301,6 +305,7 @@ func Start(cfg Config) (*Node, error) {
 		appliedNotify:   make(chan struct{}),
 		persistedNotify: make(chan struct{}),
 		leaderNotify:    make(chan struct{}),
+		heartbeats:      newHeartbeatDetector(cfg.TickInterval),
 		reportc:         make(chan report, 256),
 		transferc:       make(chan uint64),
 		progressc:       make(chan chan map[uint64]PeerProgress),

@@ -155,9 +155,6 @@ func etcdOnlyCollectors() []prometheus.Collector {
 	g := func(ns, sub, name, help string) prometheus.Collector {
 		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help})
 	}
-	h := func(sub, name, help string, buckets []float64) prometheus.Collector {
-		return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "etcd", Subsystem: sub, Name: name, Help: help, Buckets: buckets})
-	}
 	return []prometheus.Collector{
 		// The v2 store: etcd 3.7 still links it (for v2 membership data);
 		// Strata has none, so it has no keys to expire and no watchers.
@@ -171,15 +168,5 @@ func etcdOnlyCollectors() []prometheus.Collector {
 		g("etcd", "grpc_proxy", "cache_misses_total", "Total number of cache misses"),
 		c("etcd", "grpc_proxy", "events_coalescing_total", "Total number of events coalescing"),
 		g("etcd", "grpc_proxy", "watchers_coalescing_total", "Total number of current watchers coalescing"),
-		// Peer traffic. Strata has no peer transport yet (the cluster
-		// work adds it and these figures with it): no heartbeat can fail
-		// to be sent and no snapshot is received from a leader.
-		c("etcd", "server", "heartbeat_send_failures_total",
-			"The total number of leader heartbeat send failures (likely overloaded from slow disk)."),
-		g("etcd", "server", "snapshot_apply_in_progress_total", "1 if the server is applying the incoming snapshot. 0 if none."),
-		h("snap_db", "save_total_duration_seconds", "The total latency distributions of v3 snapshot save",
-			prometheus.ExponentialBuckets(0.1, 2, 10)),
-		h("snap_db", "fsync_duration_seconds", "The latency distributions of fsyncing .snap.db file",
-			prometheus.ExponentialBuckets(0.001, 2, 14)),
 	}
 }

@@ -261,7 +261,7 @@ func (t *Transport) receiveImage(m *raftpb.Message, r *http.Request, body io.Rea
 	default:
 		return 0, fmt.Errorf("transport: unsupported snapshot encoding %q", enc)
 	}
-	return saveImage(t.cfg.FS, dst, fill)
+	return saveImage(t.cfg.FS, dst, fill, t.m)
 }
 
 type countingReader struct {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/klauspost/compress/zstd"
@@ -91,8 +92,9 @@ func decodeImage(w io.Writer, r io.Reader, size int64) (int64, error) {
 // temporary file in path's directory, which is fsynced, renamed to path
 // (replacing an older copy), and the directory fsynced. On any error the
 // temporary file is removed and path is untouched. It returns the bytes
-// fill wrote.
-func saveImage(fs vfs.FS, path string, fill func(io.Writer) (int64, error)) (n int64, err error) {
+// fill wrote. A save that succeeds is timed in m (nil: not timed).
+func saveImage(fs vfs.FS, path string, fill func(io.Writer) (int64, error), m *metrics) (n int64, err error) {
+	start := time.Now()
 	var rnd [6]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return 0, err
@@ -118,9 +120,11 @@ func saveImage(fs vfs.FS, path string, fill func(io.Writer) (int64, error)) (n i
 	if err = bw.Flush(); err != nil {
 		return n, err
 	}
+	syncStart := time.Now()
 	if err = f.Sync(); err != nil {
 		return n, err
 	}
+	synced := time.Since(syncStart)
 	err = f.Close()
 	f = nil
 	if err != nil {
@@ -133,6 +137,10 @@ func saveImage(fs vfs.FS, path string, fill func(io.Writer) (int64, error)) (n i
 	// durable, and is reported so raft is not told about it.
 	if err = fs.SyncDir(filepath.Dir(path)); err != nil {
 		return n, fmt.Errorf("renamed to %s, directory not synced: %w", path, err)
+	}
+	if m != nil {
+		m.snapDBFsync.Observe(synced.Seconds())
+		m.snapDBSave.Observe(time.Since(start).Seconds())
 	}
 	return n, nil
 }

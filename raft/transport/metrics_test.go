@@ -16,7 +16,8 @@ import (
 )
 
 // TestMetricsAreEtcds: the transport exports exactly etcd 3.7.3's
-// rafthttp metrics (metrics.go there), with etcd's names, help texts and
+// rafthttp metrics (metrics.go there) and the snap package's two for a
+// received database (snap/metrics.go), with etcd's names, help texts and
 // label names, so etcd dashboards and alerts read them unchanged.
 func TestMetricsAreEtcds(t *testing.T) {
 	want := map[string]string{ // name -> help | labels
@@ -35,6 +36,8 @@ func TestMetricsAreEtcds(t *testing.T) {
 		"etcd_network_snapshot_receive_failures":               "Total number of snapshot receive failures|From",
 		"etcd_network_snapshot_receive_total_duration_seconds": "Total latency distributions of v3 snapshot receives|From",
 		"etcd_network_peer_round_trip_time_seconds":            "Round-Trip-Time histogram between peers|To",
+		"etcd_snap_db_save_total_duration_seconds":             "The total latency distributions of v3 snapshot save|",
+		"etcd_snap_db_fsync_duration_seconds":                  "The latency distributions of fsyncing .snap.db file|",
 	}
 	a := newMember(t, 1, 100, nil, nil)
 	re := regexp.MustCompile(`fqName: "([^"]+)", help: "([^"]*)".*variableLabels: \{([^}]*)\}`)

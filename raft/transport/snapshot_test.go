@@ -121,6 +121,11 @@ func TestSnapshotTransfer(t *testing.T) {
 			if n := metric(t, b.tr, "etcd_network_snapshot_receive_success", "From", "1"); n != 1 {
 				t.Fatalf("etcd_network_snapshot_receive_success = %v", n)
 			}
+			for _, name := range []string{"etcd_snap_db_save_total_duration_seconds", "etcd_snap_db_fsync_duration_seconds"} {
+				if n := metric(t, b.tr, name); n != 1 {
+					t.Fatalf("%s counts %v saves, want 1", name, n)
+				}
+			}
 			if st, _ := a.tr.PeerStatus(2); st.SentSnapshot != 1 {
 				t.Fatalf("status counts %d snapshots sent", st.SentSnapshot)
 			}
@@ -281,7 +286,7 @@ func TestSaveImageLeavesNothingOnFailure(t *testing.T) {
 	_, err := saveImage(vfs.Default, path, func(w io.Writer) (int64, error) {
 		n, _ := w.Write(make([]byte, 3<<20))
 		return int64(n), errors.New("connection reset")
-	})
+	}, nil)
 	if err == nil || !strings.Contains(err.Error(), ".tmp-") {
 		t.Fatalf("error %v does not name the temporary file", err)
 	}
