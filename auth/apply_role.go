@@ -25,10 +25,7 @@ func (s *Store) RoleAdd(w Writer, r *pb.AuthRoleAddRequest) (*pb.AuthRoleAddResp
 			return nil, ErrRoleAlreadyExist
 		}
 		role := &authpb.Role{Name: []byte(r.Name)}
-		next := cur.clone()
-		next.roles[r.Name] = role
-		putRole(w, role)
-		return next, nil
+		return cur.withRole(w, role), nil
 	})
 	if err != nil {
 		return nil, err
@@ -105,10 +102,7 @@ func (s *Store) RoleGrantPermission(w Writer, r *pb.AuthRoleGrantPermissionReque
 			slices.SortStableFunc(perms, func(a, b *authpb.Permission) int { return bytes.Compare(a.Key, b.Key) })
 		}
 		role := &authpb.Role{Name: old.Name, KeyPermission: perms}
-		next := cur.clone()
-		next.roles[r.Name] = role
-		putRole(w, role)
-		return next, nil
+		return cur.withRole(w, role), nil
 	})
 	if err != nil {
 		return nil, err
@@ -136,10 +130,7 @@ func (s *Store) RoleRevokePermission(w Writer, r *pb.AuthRoleRevokePermissionReq
 			perms = nil
 		}
 		role := &authpb.Role{Name: old.Name, KeyPermission: perms}
-		next := cur.clone()
-		next.roles[r.Role] = role
-		putRole(w, role)
-		return next, nil
+		return cur.withRole(w, role), nil
 	})
 	if err != nil {
 		return nil, err

@@ -54,10 +54,7 @@ func (s *Store) UserAdd(w Writer, r *pb.AuthUserAddRequest) (*pb.AuthUserAddResp
 			}
 			u.Password = h
 		}
-		next := cur.clone()
-		next.users[r.Name] = u
-		putUser(w, u)
-		return next, nil
+		return cur.withUser(w, u), nil
 	})
 	if err != nil {
 		return nil, err
@@ -106,11 +103,8 @@ func (s *Store) UserChangePassword(w Writer, r *pb.AuthUserChangePasswordRequest
 			}
 			u.Password = h
 		}
-		next := cur.clone()
-		next.users[r.Name] = u
-		putUser(w, u)
 		s.tokens.invalidateUser(r.Name)
-		return next, nil
+		return cur.withUser(w, u), nil
 	})
 	if err != nil {
 		return nil, err
@@ -139,11 +133,8 @@ func (s *Store) UserGrantRole(w Writer, r *pb.AuthUserGrantRoleRequest) (*pb.Aut
 		// Roles stay sorted: hasRole and etcd's readers binary-search them.
 		u := &authpb.User{Name: old.Name, Password: old.Password, Options: old.Options,
 			Roles: slices.Insert(slices.Clone(old.Roles), i, r.Role)}
-		next := cur.clone()
-		next.users[r.User] = u
-		putUser(w, u)
 		s.log.Info("granted a role to a user", "user-name", r.User, "role-name", r.Role)
-		return next, nil
+		return cur.withUser(w, u), nil
 	})
 	if err != nil {
 		return nil, err
@@ -170,10 +161,7 @@ func (s *Store) UserRevokeRole(w Writer, r *pb.AuthUserRevokeRoleRequest) (*pb.A
 			roles = nil
 		}
 		u := &authpb.User{Name: old.Name, Password: old.Password, Options: old.Options, Roles: roles}
-		next := cur.clone()
-		next.users[r.Name] = u
-		putUser(w, u)
-		return next, nil
+		return cur.withUser(w, u), nil
 	})
 	if err != nil {
 		return nil, err

@@ -237,6 +237,24 @@ func (st *state) clone() *state {
 	}
 }
 
+// withUser is the next state with u stored (replacing the user of its
+// name); its write is staged in w.
+func (st *state) withUser(w Writer, u *authpb.User) *state {
+	next := st.clone()
+	next.users[string(u.Name)] = u
+	putUser(w, u)
+	return next
+}
+
+// withRole is the next state with r stored (replacing the role of its
+// name); its write is staged in w.
+func (st *state) withRole(w Writer, r *authpb.Role) *state {
+	next := st.clone()
+	next.roles[string(r.Name)] = r
+	putRole(w, r)
+	return next
+}
+
 // rebuildPerms recomputes every user's merged permissions. etcd rebuilds
 // its whole cache on every change too; auth changes are rare, and a full
 // rebuild keeps the cache trivially consistent with users and roles.
@@ -274,7 +292,8 @@ func (st *state) rebuildPerms() {
 // update is the sequence of every apply that changes users, roles or
 // the enabled flag: under applyMu, change reads the current state,
 // stages its writes in w and returns the next state (cur.clone(),
-// changed), which update commits before it returns. change returns a
+// changed; cur.withUser and cur.withRole do both), which update commits
+// before it returns. change returns a
 // nil state for a request that changes nothing (the revision does not
 // move), or an error that refuses the request; then nothing is
 // committed, so change stages its writes only once it has accepted the
