@@ -125,9 +125,8 @@ const arrivalTurns = 4
 // requests queued behind them), each turn lets the handlers propose, and
 // one WAL write carries a hundred puts instead of fifteen. Each write is
 // a fixed cost (the system calls, a Ready and an apply batch): etcd's
-// benchmark putting from 1000 clients ran 2,500 fewer fdatasyncs per
-// 50,000 puts, and the member spent about 10% less CPU per put (see
-// bench/RESULTS.md). A timer would not do: Go's timers below a
+// benchmark putting from 1000 clients ran fewer fdatasyncs and less CPU
+// per put this way (bench/RESULTS.md). A timer would not do: Go's timers below a
 // millisecond sleep a whole one on an idle machine, and one client's puts
 // ran at a fifth of their speed behind a 200 us sleep.
 func (n *Node) letArrivalsIn() {
@@ -647,7 +646,7 @@ func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
 // deadline) with context.DeadlineExceeded. The raft goroutine enforces the
 // deadline, at its next tick, as etcd's read loop times out a whole
 // batch: a linearizable read then needs no timer and no context of its
-// own, which cost every read about 4% of a member's CPU under load.
+// own, which every read would otherwise allocate and cancel.
 func (n *Node) ReadIndexBefore(ctx context.Context, deadline time.Time) (uint64, error) {
 	w := &readWaiter{done: make(chan struct{}), deadline: deadline}
 	n.readMu.Lock()

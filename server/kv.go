@@ -140,7 +140,7 @@ func (s *Server) proposeEncoded(ctx context.Context, req *pb.InternalRaftRequest
 	}
 	// The request's timeout is a pooled timer, not a context.WithTimeout
 	// (a timer, an allocation and an entry in the caller's context per
-	// request: 3% of a member's CPU under puts).
+	// request).
 	timeout := getTimer(s.requestTimeout())
 	defer putTimer(timeout)
 	s.metrics.proposalsPending.Inc()

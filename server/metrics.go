@@ -64,9 +64,8 @@ type metrics struct {
 	// requestDuration and applyDuration (for hotRequestTypes) and
 	// rangeDuration, by success (index 1: true), each made on its first
 	// use: a request does not hash its labels and take the vector's lock
-	// (1-1.5% of a member's CPU under txn-puts or 1-key ranges, and as
-	// much again for every entry each member applies). A series appears
-	// when first observed, as before.
+	// (once per request, and again for every entry each member applies).
+	// A series appears when first observed, as before.
 	reqSeries   [len(hotRequestTypes)][2]atomic.Pointer[prometheus.Observer]
 	applySeries [len(hotRequestTypes)][2]atomic.Pointer[prometheus.Observer]
 	rangeSeries [2]atomic.Pointer[prometheus.Observer]

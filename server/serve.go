@@ -138,10 +138,9 @@ func clientTransportOptions(maxRequestBytes uint, maxConcurrentStreams uint32, c
 		// stream holds its worker for its lifetime, so the pool is sized
 		// for requests in flight rather than for the CPUs; beyond it,
 		// gRPC starts a goroutine per RPC. Not more: a worker keeps the
-		// stack it grew to (8 KiB or so), and 1024 workers, which ran
-		// every handler of 1000 clients' puts on a worker (5-8% more
-		// puts a second), left the member's RSS after bench/compare.sh
-		// 6.5 MiB higher (51.7 against 45.1 MiB), past 0.7 of etcd's.
+		// stack it grew to (8 KiB or so), so 1024 workers, enough to run
+		// every handler of 1000 clients' puts on a worker, kept several
+		// MiB more resident after a burst than this pool does.
 		grpc.NumStreamWorkers(uint32(max(256, 4*runtime.GOMAXPROCS(0)))),
 		grpc.ForceServerCodecV2(codec),
 		experimental.BufferPool(wireBufferPool),
