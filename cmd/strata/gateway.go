@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/strata-db/strata/server"
-	"github.com/strata-db/strata/server/tcpproxy"
+	"github.com/strata-db/strata/tcpproxy"
 )
 
 const gatewayUsage = `Usage:

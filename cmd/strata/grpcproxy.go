@@ -17,9 +17,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/strata-db/strata/grpcproxy"
 	"github.com/strata-db/strata/server"
 	"github.com/strata-db/strata/server/config"
-	"github.com/strata-db/strata/server/grpcproxy"
 )
 
 const grpcProxyUsage = `Usage:

@@ -12,7 +12,8 @@
 //	3  mvcc, raft                         the state machine and the log
 //	4  lease, auth, membership            state beside mvcc
 //	5  etcdsnap                           etcd's snapshot.db writer
-//	6  server, tools, bench               the gRPC server, offline tools, benchmarks
+//	6  server, tools, bench,              the gRPC server, offline tools, benchmarks,
+//	   grpcproxy, tcpproxy                etcd's gRPC proxy and L4 gateway
 //	7  cmd                                binaries
 //
 // A package may import packages of its own tree and of trees of a lower

@@ -22,7 +22,7 @@ var rank = map[string]int{
 	"mvcc":   3, "raft": 3,
 	"lease": 4, "auth": 4, "membership": 4,
 	"etcdsnap": 5,
-	"server":   6, "tools": 6, "bench": 6,
+	"server":   6, "tools": 6, "bench": 6, "grpcproxy": 6, "tcpproxy": 6,
 	"cmd": 7,
 }
 
