@@ -11,6 +11,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
+	"github.com/strata-db/strata/internal/poll"
 	"github.com/strata-db/strata/pagestore"
 )
 
@@ -78,7 +79,18 @@ func TestBackendDefragUnderWrites(t *testing.T) {
 	steps := 0
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	err := ts.be.Defrag(ctx, func(p pagestore.DefragProgress) { steps++ })
+	start := writes.Load()
+	err := ts.be.Defrag(ctx, func(p pagestore.DefragProgress) {
+		steps++
+		if steps == 1 {
+			// The defrag is under way and holds nothing between its
+			// steps: the writer must get a write in before the next one.
+			// (A few steps can take less time than the writer needs to
+			// be scheduled, so counting the writes at the end alone
+			// could find none.)
+			poll.Until(t, "a write while the defrag is under way", func() bool { return writes.Load() > start })
+		}
+	})
 	close(stop)
 	wg.Wait()
 	if err != nil {
